@@ -1,0 +1,1 @@
+"""Course tooling: regenerate attnlab/ and exercises/ from solutions/, and export a student's own attnlab."""

@@ -1,0 +1,144 @@
+"""Collect a notebook's `#| export attnlab/<module>.py` cells into Python modules.
+
+The same code builds the reference package (from solutions/, solution markers stripped) and a
+student's own package (from their exercises/, unwritten cells raising NotImplementedError).
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+EXPORT_MARKER = re.compile(r"^#\|\s*export\s+(?P<targets>\S.*)$")
+SOLUTION_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+STUB_RAISE = re.compile(r"^(?P<indent>\s*)raise NotImplementedError\(\)\s*$")
+PACKAGE = "attnlab"
+
+
+class ExportError(ValueError):
+    """A notebook's export cells cannot be turned into a module."""
+
+
+@dataclass(frozen=True)
+class ExportCell:
+    notebook: str          # path of the notebook, relative to the repository root
+    label: str             # the cell's nbgrader grade_id, or its index
+    targets: tuple[str, ...]
+    code: str              # the cell's source without the marker line
+
+
+def read_export_cells(path: Path, root: Path) -> list[ExportCell]:
+    """Every export cell of the notebook at `path`, in notebook order."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as exc:  # nbformat raises several unrelated types for a broken file
+        raise ExportError(f"{path}: not a readable notebook ({exc})") from exc
+    cells = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        first, _, rest = cell.source.partition("\n")
+        match = EXPORT_MARKER.match(first.strip())
+        if not match:
+            continue
+        targets = tuple(match["targets"].split())
+        for target in targets:
+            if not re.fullmatch(rf"{PACKAGE}/[a-z_][a-z0-9_]*(/[a-z_][a-z0-9_]*)*\.py", target):
+                raise ExportError(f"{path}, cell {index}: export target {target!r} is not of the form "
+                                  f"'{PACKAGE}/<module>.py'")
+        label = cell.metadata.get("nbgrader", {}).get("grade_id", f"#{index}")
+        cells.append(ExportCell(str(path.relative_to(root)), label, targets, rest))
+    return cells
+
+
+def reference_code(cell: ExportCell) -> str:
+    """The solution's code: nbgrader's solution markers removed."""
+    return "\n".join(line for line in cell.code.splitlines() if not SOLUTION_MARKER.match(line))
+
+
+def student_code(cell: ExportCell, chapter: str) -> str:
+    """A student's code: an unwritten stub says which exercise to fill in."""
+    message = (f"{chapter}, exercise '{cell.label}' is not written yet: fill in its cell in "
+               f"{cell.notebook}, then run `make export`")
+    return "\n".join(
+        STUB_RAISE.sub(lambda m: f"{m['indent']}raise NotImplementedError({message!r})", line)
+        for line in cell.code.splitlines()
+    )
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def _used_names(tree: ast.Module) -> set[str]:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _prune_imports(body: str, used: set[str]) -> str:
+    """Drop the import lines of a shared imports cell that this module never uses."""
+    kept = []
+    for line in body.splitlines():
+        stmt = line.strip()
+        if stmt.startswith(("import ", "from ")):
+            node = ast.parse(stmt).body[0]
+            bound = [(a.asname or a.name).split(".")[0] for a in node.names]  # type: ignore[attr-defined]
+            if not any(name in used for name in bound):
+                continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def assemble_modules(cells: list[ExportCell], code_of, header_source: str) -> dict[str, str]:
+    """Group cells by target module and return {relative path: module text}.
+
+    code_of(cell) gives the code to write for a cell. Names that a module uses but another module of the
+    same set defines are imported from it, so a chapter's cells can call each other as they do in the notebook.
+    """
+    chunks: dict[str, list[tuple[ExportCell, str]]] = {}
+    for cell in cells:
+        for target in cell.targets:
+            chunks.setdefault(target, []).append((cell, code_of(cell)))
+
+    defined: dict[str, set[str]] = {}
+    for target, parts in chunks.items():
+        text = "\n\n".join(code for _, code in parts)
+        try:
+            defined[target] = _top_level_names(ast.parse(text))
+        except SyntaxError as exc:
+            raise ExportError(f"{target}: the exported cells are not valid Python ({exc})") from exc
+
+    modules = {}
+    for target, parts in chunks.items():
+        body_tree = ast.parse("\n\n".join(code for _, code in parts))
+        used = _used_names(body_tree)
+        sources = sorted({cell.notebook for cell, _ in parts})
+        lines = [f"# DO NOT EDIT: generated by `make sync` from {', '.join(sources)}.",
+                 f"# {header_source}", ""]
+        cross_imports = []
+        for other, names in sorted(defined.items()):
+            wanted = sorted((used & names) - defined[target] - set(dir(builtins)))
+            if other != target and wanted:
+                dotted = other[: -len(".py")].replace("/", ".")
+                cross_imports.append(f"from {dotted} import {', '.join(wanted)}")
+        for cell, code in parts:
+            if len(cell.targets) > 1:
+                # A cell shared by several modules holds imports: keep only those this module uses,
+                # and put the imports of sibling modules right after them.
+                lines += [_prune_imports(code, used).strip("\n"), *cross_imports]
+                cross_imports = []
+                continue
+            lines += [*cross_imports, "", "", f"# cell '{cell.label}'", code.strip("\n")]
+            cross_imports = []
+        modules[target] = "\n".join(lines).lstrip("\n") + "\n"
+    return modules
