@@ -39,14 +39,45 @@ def nbgrader_config(workspace: Path = DEFAULT_WORKSPACE, source_root: Path = REP
     c.CourseDirectory.root = str(workspace)
     c.CourseDirectory.source_directory = os.path.relpath(Path(source_root).resolve() / "solutions", workspace)
     c.CourseDirectory.release_directory = os.path.relpath(Path(release_root).resolve() / "exercises", workspace)
-    c.CourseDirectory.submitted_directory = "submitted"
     c.CourseDirectory.autograded_directory = "autograded"
     c.CourseDirectory.feedback_directory = "feedback"
     c.CourseDirectory.db_url = f"sqlite:///{workspace / 'gradebook.db'}"
     c.CourseDirectory.course_id = "attention-course"
     c.ClearSolutions.code_stub = {"python": CODE_STUB}
     c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+    c.CourseDirectory.submitted_directory = "submitted"
     c.Execute.timeout = CELL_TIMEOUT_S
     c.Execute.interrupt_on_timeout = True
     c.Execute.execute_retries = 0
+    return c
+
+
+def grading_config(workspace: Path = DEFAULT_WORKSPACE, cell_timeout_s: int = CELL_TIMEOUT_S) -> Config:
+    """nbgrader settings for autograding and feedback.
+
+    nbgrader reads submissions from .work/normalized/ (the rebuilt copies, see submission.py), never
+    from the students' original files in submitted/; feedback hides hidden tests and renders math offline.
+    """
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+
+    import nbgrader
+
+    from autograde.execute import StderrIsNotFailure, SurvivingExecute
+    from autograde.feedback import MinimalTestTracebacks
+
+    c = nbgrader_config(workspace)
+    c.CourseDirectory.submitted_directory = str(Path(".work") / "normalized")
+    c.Execute.timeout = cell_timeout_s
+    from nbgrader.converters import Autograde
+    autograde_steps = Autograde.class_traits()["autograde_preprocessors"].default()
+    steps = [SurvivingExecute if step.__name__ == "Execute" else step for step in autograde_steps]
+    steps.insert(steps.index(SurvivingExecute) + 1, StderrIsNotFailure)
+    c.Autograde.autograde_preprocessors = steps
+    c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, MinimalTestTracebacks, CSSHTMLHeaderPreprocessor]
+    # nbgrader's API always uses its template named "feedback"; templates/feedback/ holds only a
+    # mathjax.html.j2, which shadows nbconvert's CDN version because our folder is searched first.
+    c.HTMLExporter.filters = {"offline_mathjax": "autograde.feedback.mathjax_source"}
+    c.HTMLExporter.extra_template_basedirs = [
+        str(TEMPLATES), str(Path(nbgrader.__file__).parent / "server_extensions" / "formgrader" / "templates")]
     return c

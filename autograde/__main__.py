@@ -1,0 +1,5 @@
+import sys
+
+from autograde.cli import main
+
+sys.exit(main())

@@ -1,0 +1,159 @@
+"""Read a submitted notebook and rebuild it against the released one.
+
+A submission is trusted only for the code in its solution cells (and the cells the student added).
+Every other cell comes from the release, so a deleted, edited, reordered or duplicated test cell, or
+changed nbgrader metadata (points, grade_id, locked, checksum), cannot change a grade. nbgrader then
+restores the hidden tests into the test cells from its gradebook.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+MAX_BYTES = 20 * 1024 * 1024
+
+
+class SubmissionError(ValueError):
+    """The file is not a gradable notebook; the message says why, for the student and instructor."""
+
+
+@dataclass
+class Rebuilt:
+    notebook: nbformat.NotebookNode
+    notes: list[str] = field(default_factory=list)  # what was repaired, shown in the results
+
+
+def _nbgrader(cell) -> dict:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
+
+
+def read_submission(path: Path) -> nbformat.NotebookNode:
+    """Parse `path` as a version-4 notebook or raise SubmissionError saying what is wrong."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise SubmissionError(f"cannot read the file: {exc.strerror}") from exc
+    if not raw.strip():
+        raise SubmissionError("the file is empty; expected a Jupyter notebook (.ipynb)")
+    if len(raw) > MAX_BYTES:
+        raise SubmissionError(f"the file is {len(raw) / 2**20:.1f} MiB; a notebook of at most "
+                              f"{MAX_BYTES // 2**20} MiB was expected (clear large outputs before submitting)")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SubmissionError(f"the file is not UTF-8 text (bad byte at offset {exc.start}); "
+                              "expected a Jupyter notebook saved by JupyterLab") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SubmissionError(f"the file is not valid notebook JSON (line {exc.lineno}, column {exc.colno}: "
+                              f"{exc.msg}); was it edited outside JupyterLab?") from None
+    if not isinstance(data, dict) or "cells" not in data or "nbformat" not in data:
+        raise SubmissionError("the file is JSON but not a Jupyter notebook (no 'cells' or 'nbformat' key)")
+    if data.get("nbformat") != 4:
+        raise SubmissionError(f"the notebook has nbformat version {data.get('nbformat')!r}; version 4 "
+                              "(what JupyterLab writes) was expected")
+    try:
+        notebook = nbformat.reads(text, as_version=4)
+        nbformat.validate(notebook)
+    except Exception as exc:  # nbformat raises several unrelated exception types
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SubmissionError(f"the notebook does not follow the nbformat 4 schema: {first_line}") from None
+    return notebook
+
+
+def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, assignment: str) -> Rebuilt:
+    """The released notebook with the student's solution cells, and the cells they added, put back in.
+
+    Raises SubmissionError when the notebook shares no solution cell with the release (another
+    assignment's notebook, or an unrelated file).
+    """
+    solution_ids = [_nbgrader(c)["grade_id"] for c in released.cells if _nbgrader(c).get("solution")]
+    known_ids = {_nbgrader(c).get("grade_id") for c in released.cells if _nbgrader(c)}
+    # Released cells without nbgrader metadata (the prose) are recognised by id or by content.
+    released_prose = {c.get("id") for c in released.cells if not _nbgrader(c)}
+    released_sources = {c.source for c in released.cells if not _nbgrader(c)}
+
+    student_solutions: dict[str, nbformat.NotebookNode] = {}
+    added_after: dict[str | None, list] = {}   # grade_id of the last known cell before them -> added cells
+    notes: list[str] = []
+    last_known: str | None = None
+    for cell in submitted.cells:
+        meta = _nbgrader(cell)
+        gid = meta.get("grade_id")
+        if gid in solution_ids and cell.get("cell_type") == "code":
+            if gid in student_solutions:
+                notes.append(f"solution cell '{gid}' appears twice; the first copy was graded")
+            else:
+                student_solutions[gid] = cell
+            last_known = gid
+        elif gid in known_ids:
+            last_known = gid     # a released non-solution cell: the release's copy is used instead
+        elif not meta and (cell.get("id") in released_prose or cell.get("source") in released_sources):
+            continue
+        elif not meta and cell.get("cell_type") in ("code", "markdown"):
+            added_after.setdefault(last_known, []).append(cell)
+        else:
+            notes.append(f"a cell with unknown nbgrader id {gid!r} was ignored")
+
+    if solution_ids and not student_solutions:
+        raise SubmissionError(f"this notebook has none of the solution cells of assignment '{assignment}' "
+                              f"({', '.join(solution_ids)}); is it the notebook of another assignment?")
+
+    notebook = copy.deepcopy(released)
+    cells = list(added_after.get(None, []))
+    for cell in notebook.cells:
+        gid = _nbgrader(cell).get("grade_id")
+        if gid in student_solutions:
+            mine = student_solutions[gid]
+            cell.source = mine.source if isinstance(mine.source, str) else "".join(mine.source)
+        elif gid in solution_ids:
+            notes.append(f"solution cell '{gid}' is missing from the submission; it was graded as not written")
+        cells.append(cell)
+        cells.extend(copy.deepcopy(c) for c in added_after.get(gid, []))
+    notebook.cells = cells
+    seen_ids: set[str] = set()
+    for index, cell in enumerate(notebook.cells):
+        if cell.get("id") in seen_ids or not cell.get("id"):
+            cell["id"] = f"added-{index}"
+        seen_ids.add(cell["id"])
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+
+    tampered = _tampering(submitted, released)
+    notes.extend(tampered)
+    return Rebuilt(notebook, notes)
+
+
+def _tampering(submitted, released) -> list[str]:
+    """Describe the changes to locked cells that rebuilding undid, for the instructor's information."""
+    released_locked = {_nbgrader(c)["grade_id"]: c for c in released.cells
+                       if _nbgrader(c) and not _nbgrader(c).get("solution")}
+    seen: dict[str, int] = {}
+    notes = []
+    for cell in submitted.cells:
+        gid = _nbgrader(cell).get("grade_id")
+        if gid not in released_locked:
+            continue
+        seen[gid] = seen.get(gid, 0) + 1
+        original = released_locked[gid]
+        if cell.get("source") != original.source:
+            notes.append(f"read-only cell '{gid}' was edited; the released version was graded")
+        if _nbgrader(cell) != _nbgrader(original):
+            notes.append(f"the nbgrader metadata of cell '{gid}' was changed; the released metadata was used")
+    for gid in released_locked:
+        if seen.get(gid, 0) == 0:
+            notes.append(f"read-only cell '{gid}' was deleted; the released version was graded")
+        elif seen[gid] > 1:
+            notes.append(f"read-only cell '{gid}' appears {seen[gid]} times; it was graded once")
+    order = [g for g in (_nbgrader(c).get("grade_id") for c in submitted.cells) if g in released_locked]
+    expected = [g for g in (_nbgrader(c).get("grade_id") for c in released.cells) if g in released_locked]
+    if len(order) == len(set(order)) and set(order) == set(expected) and order != expected:
+        notes.append("read-only cells were reordered; the released order was graded")
+    return notes

@@ -1,0 +1,110 @@
+"""The nbgrader steps, run in a child process (python -m autograde.worker ...) under a time limit.
+
+    prepare ASSIGNMENT WORKSPACE                      record the assignment in the gradebook
+    grade   ASSIGNMENT WORKSPACE STUDENT CELL_TIMEOUT autograde + feedback for one student
+"""
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+
+class ChildFailed(RuntimeError):
+    """The child process failed or ran out of time; the message is short enough for a results table."""
+
+
+def run_in_child(args: list[str], timeout: float) -> str:
+    """Run this module with `args` in a new process group; kill the whole group on timeout."""
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen([sys.executable, "-m", "autograde.worker", *args], stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True,
+                                cwd=Path(__file__).resolve().parents[1])
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)   # the kernel and anything it started go too
+            proc.wait()
+            raise ChildFailed(f"did not finish within {timeout:g} s") from None
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)   # leftovers: a kernel or processes a submission forked
+            except ProcessLookupError:
+                pass
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+    if proc.returncode != 0:
+        last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["no output"]
+        raise ChildFailed(f"exit status {proc.returncode}: {last[0][:300]}")
+    return output
+
+
+def _api(config):
+    import logging
+
+    from nbgrader.apps import NbGraderAPI
+    api = NbGraderAPI(config=config)
+    api.log.setLevel(logging.WARNING)
+    return api
+
+
+def prepare(assignment: str, workspace: str) -> None:
+    """generate_assignment from solutions/ into a scratch release: it fills the gradebook with the
+    assignment's cells (with hidden tests) and checks that the committed exercises/ is what sync writes."""
+    from autograde.config import REPO_ROOT, nbgrader_config
+
+    scratch = Path(workspace) / ".work" / "release"
+    config = nbgrader_config(Path(workspace), release_root=scratch)
+    result = _api(config).generate_assignment(assignment, force=True, create=True)
+    if not result["success"]:
+        raise SystemExit(f"nbgrader could not prepare {assignment}: {result['error'] or result['log']}")
+    for fresh in (scratch / "exercises" / assignment).glob("*.ipynb"):
+        committed = REPO_ROOT / "exercises" / assignment / fresh.name
+        if not committed.is_file() or committed.read_bytes() != fresh.read_bytes():
+            raise SystemExit(f"exercises/{assignment}/{fresh.name} is out of date with solutions/: "
+                             "run `make sync` before grading")
+
+
+def grade(assignment: str, workspace: str, student: str, cell_timeout_s: str) -> None:
+    from nbgrader.api import Gradebook
+
+    from autograde.config import grading_config
+
+    config = grading_config(Path(workspace), int(cell_timeout_s))
+    with Gradebook(config.CourseDirectory.db_url) as gb:
+        gb.update_or_create_student(student)
+    api = _api(config)
+    result = api.autograde(assignment, student, force=True, create=True)
+    if not result["success"]:
+        raise SystemExit(f"nbgrader autograde failed: {_last_error(result)}")
+    result = api.generate_feedback(assignment, student, force=True)
+    if not result["success"]:
+        raise SystemExit(f"nbgrader generate_feedback failed: {_last_error(result)}")
+
+
+def _last_error(result: dict) -> str:
+    text = (result.get("error") or "") + "\n" + (result.get("log") or "")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "unknown error"
+
+
+def main(argv: list[str]) -> int:
+    command, *rest = argv
+    sink = io.StringIO()
+    with redirect_stdout(sink), redirect_stderr(sink):
+        try:
+            {"prepare": prepare, "grade": grade}[command](*rest)
+        except SystemExit as exc:
+            print(sink.getvalue(), file=sys.__stdout__)
+            print(exc, file=sys.__stdout__)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
