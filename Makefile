@@ -1,0 +1,66 @@
+# Attention, from QKV to PagedAttention: every command of the course.
+# Each target creates .venv and installs requirements.txt first when needed.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+ASSIGNMENT ?= ch01_qkv_softmax
+PORT ?= 8000
+
+# OpenMP's busy-waiting slows small torch workloads badly on 2 cores shared with other work.
+export OMP_WAIT_POLICY := PASSIVE
+# Nothing may be fetched at build, test or grading time.
+export HF_HUB_OFFLINE := 1
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help setup book serve test lab sync export grade bench clean
+
+help:
+	@echo "make book     build the website into _build/html (runs the chapters' code)"
+	@echo "make serve    serve the website on http://127.0.0.1:$(PORT)"
+	@echo "make test     run every check (the CI command)"
+	@echo "make lab      JupyterLab on exercises/ (students)"
+	@echo "make export   build your own attnlab from your exercise notebooks into _student/"
+	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors)"
+	@echo "make grade    grade every submission under autograde/submitted/ (ASSIGNMENT=$(ASSIGNMENT))"
+	@echo "make bench    benchmarks, printed as ratios measured in one run"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	# Make the repository's packages (attnlab, coursekit, autograde) importable from any folder,
+	# e.g. from a notebook's kernel in exercises/chNN_*/.
+	$(PY) -c 'import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "attnlab-course.pth").write_text("$(CURDIR)\n")'
+	touch $@
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
+	@echo "Open $(CURDIR)/_build/html/index.html, or run: make serve"
+
+serve: $(STAMP)
+	@test -f _build/html/index.html || $(MAKE) book
+	$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lab: $(STAMP)
+	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=exercises
+
+sync: $(STAMP)
+	$(PY) -m coursekit.sync
+
+export: $(STAMP)
+	$(PY) -m coursekit.export
+
+grade: $(STAMP)
+	$(PY) -m autograde class $(ASSIGNMENT)
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+clean:
+	rm -rf _build _student .pytest_cache

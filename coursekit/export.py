@@ -1,0 +1,65 @@
+"""Build a student's own attnlab from their exercise notebooks.
+
+    python -m coursekit.export [--exercises exercises] [--out _student]
+
+Every `#| export` cell of exercises/chNN_*/*.ipynb is written into OUT/attnlab/, exactly as the
+student left it. Exercises not yet written raise NotImplementedError naming the chapter and the
+cell. Run code on the student's package by putting OUT first on the import path:
+
+    PYTHONPATH=_student python -P your_script.py
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from coursekit.exporting import PACKAGE, ExportError, assemble_modules, read_export_cells, student_code
+from coursekit.sync import ROOT, package_init
+
+
+def student_package(exercises: Path, root: Path = ROOT) -> dict[str, str]:
+    modules: dict[str, str] = {}
+    cells = []
+    chapters = {}
+    for folder in sorted(Path(exercises).glob("ch[0-9][0-9]_*")):
+        notebook = folder / f"{folder.name}.ipynb"
+        if not notebook.is_file():
+            continue
+        for cell in read_export_cells(notebook, root):
+            cells.append(cell)
+            chapters[cell] = f"chapter {int(folder.name[2:4])}"
+    if cells:
+        modules = assemble_modules(cells, lambda c: student_code(c, chapters[c]),
+                                   "Your own code: edit your exercise notebook, then run `make export` again.",
+                                   command="make export")
+    modules[f"{PACKAGE}/__init__.py"] = package_init(sorted(modules), origin="your exercise notebooks",
+                                                     command="make export")
+    return modules
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exercises", type=Path, default=ROOT / "exercises")
+    parser.add_argument("--out", type=Path, default=ROOT / "_student")
+    args = parser.parse_args(argv)
+    exercises = args.exercises.resolve()
+    try:
+        modules = student_package(exercises, root=exercises.parent)
+    except ExportError as exc:
+        print(f"export failed: {exc}", file=sys.stderr)
+        return 1
+    target = args.out / PACKAGE
+    shutil.rmtree(target, ignore_errors=True)
+    for rel, text in modules.items():
+        path = args.out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path}")
+    print(f"\nUse it with:  PYTHONPATH={args.out} python -P your_script.py")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

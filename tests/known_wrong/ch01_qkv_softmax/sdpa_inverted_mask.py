@@ -1,0 +1,11 @@
+# cell: scaled_dot_product_attention
+# loses: test_sdpa_mask
+# why: treats True as "blocked" (nn.MultiheadAttention's convention) instead of "may attend"
+#| export attnlab/attention.py
+def scaled_dot_product_attention(q, k, v, mask=None):
+    _check_attention_inputs(q, k, v, mask)
+    scores = attention_scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(mask, float("-inf"))
+    weights = softmax(scores, dim=-1)
+    return weights @ v, weights

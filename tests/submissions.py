@@ -1,0 +1,54 @@
+"""Build student submissions for grading tests: the released notebook with chosen solution cells filled in."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+
+from coursekit.exporting import SOLUTION_MARKER
+
+REPO = Path(__file__).resolve().parents[1]
+KNOWN_WRONG = REPO / "tests" / "known_wrong"
+
+
+def solution_code(assignment: str) -> dict[str, str]:
+    """{grade_id: the reference code a student would type, markers removed} of every solution cell."""
+    nb = nbformat.read(REPO / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    return {c.metadata["nbgrader"]["grade_id"]: "\n".join(line for line in c.source.splitlines()
+                                                          if not SOLUTION_MARKER.match(line))
+            for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
+
+
+def released(assignment: str) -> nbformat.NotebookNode:
+    return nbformat.read(REPO / "exercises" / assignment / f"{assignment}.ipynb", as_version=4)
+
+
+def submission(assignment: str, replace: dict[str, str] | None = None, complete: bool = True) -> nbformat.NotebookNode:
+    """The released notebook, its solution cells filled with the reference (if complete), then `replace` applied."""
+    nb = released(assignment)
+    code = solution_code(assignment) if complete else {}
+    code.update(replace or {})
+    for cell in nb.cells:
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in code:
+            cell.source = code[gid]
+    return nb
+
+
+def known_wrong(assignment: str) -> list[dict]:
+    """The known-wrong implementations of an assignment, with the cells each must lose points in."""
+    found = []
+    for path in sorted((KNOWN_WRONG / assignment).glob("*.py")):
+        text = path.read_text()
+        header = dict(re.findall(r"^# (cell|loses|why): (.*)$", text, flags=re.M))
+        body = "\n".join(line for line in text.splitlines() if not re.match(r"^# (cell|loses|why|     )", line))
+        found.append({"name": path.stem, "cell": header["cell"], "loses": header["loses"].split(),
+                      "why": header["why"], "code": body.strip() + "\n"})
+    return found
+
+
+def write(nb: nbformat.NotebookNode, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
