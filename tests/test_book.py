@@ -1,0 +1,76 @@
+"""The website: builds with -W -n, and a real browser finds typeset math, working search, and no remote request."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from browser import browser, serve
+
+CHAPTERS = ["book/ch01_qkv_softmax"]
+SCREENSHOTS = Path("_build") / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def site(repo):
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    run = subprocess.run([str(jupyter_book), "build", ".", "--builder", "html", "-W", "-n", "--keep-going"],
+                         cwd=repo, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, "book build failed:\n" + run.stdout[-6000:] + run.stderr[-3000:]
+    return repo / "_build" / "html"
+
+
+def test_pages_reference_nothing_remote(site):
+    for page in site.rglob("*.html"):
+        html = page.read_text(encoding="utf-8")
+        remote = re.findall(r"""<(?:script|link|img|iframe)[^>]+(?:src|href)=["'](?:https?:)?//[^"']+""", html)
+        assert not remote, f"{page.relative_to(site)} loads {remote[:3]}"
+        assert "unpkg.com" not in html and "cdn.jsdelivr" not in html, page
+
+
+def test_chapter_math_renders_offline_and_search_finds_softmax(site, repo):
+    shots = repo / SCREENSHOTS
+    shots.mkdir(parents=True, exist_ok=True)
+    with serve(site) as base, browser() as b:
+        for chapter in CHAPTERS:
+            b.page.goto(f"{base}/{chapter}.html", wait_until="load")
+            n_math = b.wait_for_math(minimum=10)
+            assert b.page.locator("mjx-container[display='true']").count() >= 3
+            untypeset = b.page.locator("div.math, span.math").evaluate_all(
+                "els => els.filter(e => !e.querySelector('mjx-container')).length")
+            assert untypeset == 0, f"{untypeset} formulas left as raw TeX"
+            assert b.page.locator("img[src*='_images/']").count() >= 2, "the chapter's figures are missing"
+            b.page.screenshot(path=str(shots / f"{Path(chapter).name}.png"), full_page=True)
+            assert n_math > 0
+        b.page.goto(f"{base}/search.html?q=softmax", wait_until="load")
+        b.page.wait_for_selector("#search-results ul.search li a", timeout=30000)
+        hits = b.page.locator("#search-results ul.search li a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+        assert any("ch01_qkv_softmax" in h for h in hits), hits
+        assert not b.remote_requests(), b.remote_requests()
+        assert any(u.split("?")[0].endswith("tex-chtml.js") for u in b.requests), "MathJax was not loaded locally"
+        assert not [f for f in b.failed if "favicon" not in f[0]], b.failed
+
+
+def test_chapter_code_prints_no_warning_or_error(site):
+    for chapter in CHAPTERS:
+        html = (site / f"{chapter}.html").read_text(encoding="utf-8")
+        # myst-nb renders a cell's stderr (warnings such as a font's missing glyph) in this block.
+        assert 'class="output stderr' not in html, f"{chapter}: a code cell wrote to stderr"
+        assert "Traceback" not in html, f"{chapter}: a code cell raised"
+
+
+def test_exercise_page_is_shown_unexecuted_with_a_download(site):
+    page = (site / "exercises" / "ch01_qkv_softmax" / "ch01_qkv_softmax.html").read_text(encoding="utf-8")
+    assert "NotImplementedError" in page           # the stub is shown...
+    assert "Traceback" not in page                  # ...but never run
+    assert "ch01_qkv_softmax.ipynb" in page         # the download button links the notebook
+    assert (site / "_sources" / "exercises" / "ch01_qkv_softmax" / "ch01_qkv_softmax.ipynb").is_file()
+
+
+def test_solutions_are_not_published(site):
+    assert not list(site.rglob("*solution*")), "no page or file of solutions/ may be on the website"
+    for page in site.rglob("*.html"):
+        assert "### BEGIN SOLUTION" not in page.read_text(encoding="utf-8")

@@ -1,0 +1,72 @@
+"""exercises/ holds the released notebooks and nothing of the solutions."""
+import re
+
+import nbformat
+import pytest
+
+from coursekit.exporting import SOLUTION_MARKER
+from coursekit.sync import chapter_notebooks
+
+
+def _solution_lines(notebook):
+    """Substantial lines found only between the solution markers of a source notebook."""
+    lines, elsewhere, inside = set(), set(), False
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        for line in cell.source.splitlines():
+            if SOLUTION_MARKER.match(line):
+                inside = "BEGIN" in line
+            elif inside and len(line.strip()) > 12 and not line.strip().startswith("#"):
+                lines.add(line.strip())
+            elif not inside:
+                elsewhere.add(line.strip())
+    return lines - elsewhere
+
+
+def _hidden_test_lines(notebook):
+    """Substantial lines found only between the hidden-test markers of a source notebook."""
+    lines, elsewhere, inside = set(), set(), False
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        for line in cell.source.splitlines():
+            if "### BEGIN HIDDEN TESTS" in line:
+                inside = True
+            elif "### END HIDDEN TESTS" in line:
+                inside = False
+            elif inside and len(line.strip()) > 20:
+                lines.add(line.strip())
+            elif not inside:
+                elsewhere.add(line.strip())
+    return lines - elsewhere
+
+
+@pytest.mark.parametrize("source", chapter_notebooks(), ids=lambda p: p.parent.name)
+def test_release_has_no_solution_or_hidden_test(source, repo):
+    release = repo / "exercises" / source.parent.name / source.name
+    text = release.read_text()
+    released_lines = {line.strip() for c in nbformat.read(release, as_version=4).cells for line in c.source.splitlines()}
+    for marker in ("BEGIN SOLUTION", "END SOLUTION", "HIDDEN TESTS"):
+        assert marker not in text
+    solution_lines = _solution_lines(source)
+    assert solution_lines, "the source notebook has solution code"
+    leaked = sorted(solution_lines & released_lines)
+    assert not leaked, f"solution code in {release}: {leaked[:3]}"
+    hidden = sorted(_hidden_test_lines(source) & released_lines)
+    assert not hidden, f"hidden tests in {release}: {hidden[:3]}"
+
+
+def test_exercises_folder_holds_only_release_notebooks(repo):
+    files = [p for p in (repo / "exercises").rglob("*") if p.is_file()]
+    assert files and all(p.suffix == ".ipynb" for p in files), files
+    for path in files:
+        nb = nbformat.read(path, as_version=4)
+        assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{path} has outputs"
+
+
+@pytest.mark.parametrize("source", chapter_notebooks(), ids=lambda p: p.parent.name)
+def test_source_notebooks_have_no_outputs_and_write_no_files(source):
+    nb = nbformat.read(source, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs, f"{source}: outputs must be stripped"
+            # %%writefile would leave a module next to the notebook, which nbgrader copies into the release.
+            assert not re.match(r"\s*%%writefile", cell.source), f"{source}: use '#| export', not %%writefile"
+    assert [p.name for p in source.parent.iterdir()] == [source.name], "only the notebook in a source folder"
