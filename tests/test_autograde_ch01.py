@@ -145,3 +145,20 @@ def test_known_wrong_caught_only_by_hidden_tests_still_loses(graded):
     """The -1e4 mask and the ignored axis pass every visible check; the hidden tests catch them."""
     for name, cell in [("wrong_sdpa_mask_minus_1e4", "test_sdpa_mask"), ("wrong_softmax_np_ignores_axis", "test_softmax_np")]:
         assert _cells(graded[0][name])[cell]["score"] == 0
+
+
+def test_feedback_math_renders_offline_in_a_browser(graded, repo):
+    from pathlib import Path
+
+    from browser import browser
+
+    feedback = Path(graded[0]["wrong_sdpa_inverted_mask"]["feedback"])
+    with browser() as b:
+        b.page.goto(feedback.as_uri(), wait_until="load")
+        b.wait_for_math(minimum=5)
+        text = b.page.inner_text("body")
+        assert "Blocked positions must get weight exactly 0" in text   # the visible test's message reaches the student
+        shots = repo / "_build" / "screenshots"
+        shots.mkdir(parents=True, exist_ok=True)
+        b.page.screenshot(path=str(shots / "feedback_ch01.png"), full_page=True)
+        assert not b.remote_requests(), b.remote_requests()

@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench` (python -m bench). Figures are printed, never asserted."""

@@ -1,0 +1,24 @@
+"""python -m bench [SECTION ...]: print every benchmark's figures (sections: ch01, site, grading)."""
+import os
+import sys
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from bench import ch01, grading, site  # noqa: E402
+
+SECTIONS = {"ch01": ch01.run, "site": site.run, "grading": grading.run}
+
+
+def main(argv: list[str]) -> int:
+    chosen = argv or list(SECTIONS)
+    unknown = [name for name in chosen if name not in SECTIONS]
+    if unknown:
+        print(f"unknown section(s) {unknown}; choose from {list(SECTIONS)}", file=sys.stderr)
+        return 2
+    for name in chosen:
+        for line in SECTIONS[name]():
+            print(f"[{name}] {line}", flush=True)
+    return 0
+
+
+sys.exit(main(sys.argv[1:]))
