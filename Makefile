@@ -48,7 +48,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=exercises
+	$(PY) -m coursekit.lab
 
 sync: $(STAMP)
 	$(PY) -m coursekit.sync

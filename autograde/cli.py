@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from autograde.config import CELL_TIMEOUT_S, DEFAULT_WORKSPACE
-from autograde.grading import SUBMISSION_TIMEOUT_S, Course, Result, grade, student_id_for
+from autograde.grading import SUBMISSION_TIMEOUT_S, Course, Result, UsageError, grade, student_id_for
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,7 +54,11 @@ def write_csv(results: list[Result], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    course = Course(args.assignment, args.workspace)
+    try:
+        course = Course(args.assignment, args.workspace)
+    except UsageError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     if args.command == "grade":
         missing = [str(f) for f in args.files if not f.is_file()]
         if missing:

@@ -60,6 +60,10 @@ def student_id_for(path: Path, taken: set[str]) -> str:
     return candidate
 
 
+class UsageError(ValueError):
+    """The command line names something that does not exist (an assignment, a file)."""
+
+
 class Course:
     """One assignment's folders: the release students got, and the grading workspace."""
 
@@ -70,7 +74,7 @@ class Course:
         self.release = self.repo / "exercises" / assignment / f"{assignment}.ipynb"
         if not self.release.is_file():
             known = sorted(p.name for p in (self.repo / "exercises").glob("ch*") if p.is_dir())
-            raise SystemExit(f"unknown assignment '{assignment}': no {self.release.relative_to(self.repo)} "
+            raise UsageError(f"unknown assignment '{assignment}': no {self.release.relative_to(self.repo)} "
                              f"(known: {', '.join(known) or 'none'})")
         self.notebook_name = self.release.name
 

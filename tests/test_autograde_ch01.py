@@ -162,3 +162,33 @@ def test_feedback_math_renders_offline_in_a_browser(graded, repo):
         shots.mkdir(parents=True, exist_ok=True)
         b.page.screenshot(path=str(shots / "feedback_ch01.png"), full_page=True)
         assert not b.remote_requests(), b.remote_requests()
+
+
+def test_class_grades_every_submitted_folder_and_writes_csv(tmp_path):
+    import csv
+
+    workspace = tmp_path / "ws"
+    for student, content in [("alice", submission(ASSIGNMENT)), ("bob", released(ASSIGNMENT)),
+                             ("carol", b"not a notebook")]:
+        folder = workspace / "submitted" / student / ASSIGNMENT
+        folder.mkdir(parents=True)
+        target = folder / ("renamed_by_student.ipynb" if student == "alice" else f"{ASSIGNMENT}.ipynb")
+        target.write_bytes(content) if isinstance(content, bytes) else write(content, target)
+    run = subprocess.run([sys.executable, "-m", "autograde", "class", ASSIGNMENT, "--workspace", str(workspace),
+                          "--cell-timeout", str(CELL_TIMEOUT_S)], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "alice: 16 / 16" in run.stdout and "bob: 0 / 16" in run.stdout and "carol: 0 / 16" in run.stdout
+    rows = {r["student"]: r for r in csv.DictReader((workspace / "grades.csv").open())}
+    assert set(rows) == {"alice", "bob", "carol"}
+    assert (rows["alice"]["score"], rows["bob"]["score"], rows["carol"]["score"]) == ("16", "0", "0")
+    assert all(r["max_score"] == "16" for r in rows.values())
+    assert "not valid notebook JSON" in rows["carol"]["note"]
+
+
+def test_unknown_assignment_and_missing_file_are_usage_errors(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "autograde", "grade", "ch99_nothing", "x.ipynb"], cwd=REPO,
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "unknown assignment 'ch99_nothing'" in run.stderr
+    run = subprocess.run([sys.executable, "-m", "autograde", "grade", ASSIGNMENT, str(tmp_path / "missing.ipynb"),
+                          "--workspace", str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 2 and "no such file" in run.stderr

@@ -1,0 +1,94 @@
+"""The student's side: JupyterLab serves exercises/ with nbgrader's student tools only, and a notebook runs
+in its own folder with a python3 kernel, as JupyterLab runs it."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import nbformat
+from nbclient import NotebookClient
+
+from coursekit.lab import command
+from submissions import REPO, released, submission
+
+ASSIGNMENT = "ch01_qkv_softmax"
+FOLDER = REPO / "exercises" / ASSIGNMENT
+
+
+def _run_in_exercise_folder(nb):
+    """Execute like JupyterLab: the notebook's kernelspec, the notebook's folder as working directory."""
+    client = NotebookClient(nb, timeout=300, allow_errors=True, kernel_name=nb.metadata.kernelspec.name,
+                            resources={"metadata": {"path": str(FOLDER)}})
+    client.execute()
+    return nb
+
+
+def _outputs(cell):
+    return "".join(o.get("text", "") + o.get("evalue", "") for o in cell.get("outputs", []))
+
+
+def test_completed_notebook_passes_every_visible_test():
+    nb = _run_in_exercise_folder(submission(ASSIGNMENT))
+    tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    assert tests
+    for cell in tests:
+        assert not any(o.output_type == "error" for o in cell.outputs), _outputs(cell)
+        assert "visible checks passed" in _outputs(cell)
+
+
+def test_untouched_notebook_fails_each_test_with_not_implemented():
+    nb = _run_in_exercise_folder(released(ASSIGNMENT))
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
+        if meta.get("grade"):
+            assert errors and errors[0].ename == "NotImplementedError", _outputs(cell)
+        elif meta.get("locked"):
+            assert not errors, f"read-only cell {meta['grade_id']} must run cleanly: {_outputs(cell)}"
+
+
+def test_jupyterlab_serves_exercises_with_student_tools_only():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args, env = command([f"--port={port}", "--IdentityProvider.token=course-test", "--ServerApp.open_browser=False"])
+    server = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base, auth = f"http://127.0.0.1:{port}", {"Authorization": "token course-test"}
+
+    def get(path):
+        with urllib.request.urlopen(urllib.request.Request(base + path, headers=auth), timeout=10) as response:
+            return response.read().decode()
+
+    try:
+        for _ in range(300):
+            try:
+                get("/api/status")
+                break
+            except OSError:
+                if server.poll() is not None:
+                    raise AssertionError(f"JupyterLab exited: {server.stderr.read()[-2000:]}")
+                time.sleep(0.2)
+        listing = json.loads(get(f"/api/contents/{ASSIGNMENT}"))
+        assert f"{ASSIGNMENT}.ipynb" in [item["name"] for item in listing["content"]]
+        notebook = json.loads(get(f"/api/contents/{ASSIGNMENT}/{ASSIGNMENT}.ipynb"))["content"]
+        assert nbformat.from_dict(notebook).cells, "the notebook is served"
+        page = get("/lab")
+        config = json.loads(page.split('id="jupyter-config-data"', 1)[1].split(">", 1)[1].split("</script>", 1)[0])
+        disabled = config.get("disabledExtensions", {})
+        disabled = disabled if isinstance(disabled, dict) else {name: True for name in disabled}
+        for plugin in ("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment"):
+            assert disabled.get(plugin), f"{plugin} must be off in a student's lab"
+        assert not disabled.get("@jupyter/nbgrader:validate-assignment"), "students keep the validate button"
+        try:
+            get("/formgrader")
+            formgrader_served = True
+        except urllib.error.HTTPError:
+            formgrader_served = False
+        assert not formgrader_served, "the instructor's formgrader must not run in a student's lab"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
