@@ -3,5 +3,10 @@
 
 Modules:
     attnlab.attention
+    attnlab.encoder_layer
+    attnlab.feedforward
+    attnlab.masks
+    attnlab.multihead
+    attnlab.norm
     attnlab.softmax
 """

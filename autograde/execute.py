@@ -11,6 +11,7 @@ import copy
 
 from nbclient.exceptions import DeadKernelError
 from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 
@@ -60,6 +61,8 @@ class StderrIsNotFailure(Preprocessor):
     DeprecationWarning from the student's code, say) would cost points that the checks gave. The
     text stays visible, as stdout marked [stderr].
     """
+
+    enabled = Bool(True)   # nbconvert preprocessors are off unless enabled
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):

@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from nbconvert.preprocessors import Preprocessor
+from traitlets import Bool
 
 # MathJax 3 as shipped by the sphinx-mathjax-offline package (installed from requirements.txt).
 MATHJAX_SVG = Path(sysconfig.get_paths()["purelib"]) / "sphinx-mathjax-offline" / "static" / "mathjax" / "tex-svg.js"
@@ -31,6 +32,8 @@ class MinimalTestTracebacks(Preprocessor):
     IPython's traceback quotes the source lines around the failure, which for a hidden test would
     print the hidden test itself; the assertion message already says what to look at.
     """
+
+    enabled = Bool(True)   # nbconvert preprocessors are off unless enabled
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):

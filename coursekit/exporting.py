@@ -81,6 +81,11 @@ def _top_level_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def _imported_names(tree: ast.Module) -> set[str]:
+    return {(alias.asname or alias.name).split(".")[0] for node in tree.body
+            if isinstance(node, (ast.Import, ast.ImportFrom)) for alias in node.names}
+
+
 def _used_names(tree: ast.Module) -> set[str]:
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
@@ -128,7 +133,7 @@ def assemble_modules(cells: list[ExportCell], code_of, header_source: str,
                  f"# {header_source}", ""]
         cross_imports = []
         for other, names in sorted(defined.items()):
-            wanted = sorted((used & names) - defined[target] - set(dir(builtins)))
+            wanted = sorted((used & names) - defined[target] - _imported_names(body_tree) - set(dir(builtins)))
             if other != target and wanted:
                 dotted = other[: -len(".py")].replace("/", ".")
                 cross_imports.append(f"from {dotted} import {', '.join(wanted)}")

@@ -1,0 +1,85 @@
+"""Every chapter through the real grading path (python -m autograde grade --json):
+the solution scores full marks, the untouched release scores 0, and each known-wrong implementation
+loses points exactly in the test cells it names, while the chapter's other exercises keep theirs."""
+from __future__ import annotations
+
+import pytest
+
+from coursekit.sync import chapter_notebooks
+from grading import cells, grade_files
+from submissions import known_wrong, released, solution_code, submission, write
+
+ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
+HIDDEN_MARK = "### BEGIN HIDDEN TESTS"
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Grade each chapter's submissions once (one CLI call per chapter), on first use."""
+    cache: dict[str, dict] = {}
+
+    def get(assignment: str) -> dict:
+        if assignment not in cache:
+            folder = tmp_path_factory.mktemp(f"{assignment}-submissions")
+            files = [write(submission(assignment), folder / "solution.ipynb"),
+                     write(released(assignment), folder / "untouched.ipynb")]
+            for wrong in known_wrong(assignment):
+                files.append(write(submission(assignment, {wrong["cell"]: wrong["code"]}),
+                                   folder / f"wrong_{wrong['name']}.ipynb"))
+            cache[assignment] = grade_files(assignment, files, tmp_path_factory.mktemp(f"{assignment}-workspace"))
+        return cache[assignment]
+    return get
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_scores_full_marks(graded, assignment):
+    result = graded(assignment)["solution"]
+    assert result["max_score"] > 0 and result["score"] == result["max_score"], result
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_untouched_release_scores_zero(graded, assignment):
+    result = graded(assignment)["untouched"]
+    assert result["score"] == 0 and not result["error"], result
+    assert all(c["error"].startswith("NotImplementedError") for c in result["cells"]), result["cells"]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_each_exercise_has_known_wrong_implementations(assignment):
+    wrong = known_wrong(assignment)
+    assert len(wrong) >= 3, f"{assignment}: at least three known-wrong implementations"
+    assert {w["cell"] for w in wrong} == set(solution_code(assignment)), "every exercise has a known-wrong twin"
+
+
+@pytest.mark.parametrize("assignment,wrong", [(a, w) for a in ASSIGNMENTS for w in known_wrong(a)],
+                         ids=[f"{a}/{w['name']}" for a in ASSIGNMENTS for w in known_wrong(a)])
+def test_known_wrong_implementation_loses_points(graded, assignment, wrong):
+    result = graded(assignment)[f"wrong_{wrong['name']}"]
+    assert result["score"] < result["max_score"], f"{wrong['name']} ({wrong['why']}) was not caught"
+    for name, cell in cells(result).items():
+        if name in wrong["loses"]:
+            assert cell["score"] < cell["max_score"], f"{name} should catch {wrong['name']}: {wrong['why']}"
+        else:
+            # The other exercises are graded in isolation: one mistake costs only the tests that use it.
+            assert cell["score"] == cell["max_score"], f"{name} lost points for {wrong['name']}: {cell['error']}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_feedback_shows_no_hidden_test(graded, assignment):
+    hidden_lines = set()
+    source = next(nb for nb in chapter_notebooks() if nb.parent.name == assignment)
+    import nbformat
+    for cell in nbformat.read(source, as_version=4).cells:
+        if HIDDEN_MARK in cell.source:
+            hidden = cell.source.split(HIDDEN_MARK, 1)[1].split("### END HIDDEN TESTS")[0]
+            hidden_lines |= {line.strip() for line in hidden.splitlines() if len(line.strip()) > 25}
+    visible = {line.strip() for c in released(assignment).cells for line in c.source.splitlines()}
+    hidden_lines -= visible
+    assert hidden_lines
+    for name, result in graded(assignment).items():
+        html = open(result["feedback"], encoding="utf-8").read()
+        import html as html_lib
+        text = html_lib.unescape(html)
+        leaked = [line for line in hidden_lines if line in text]
+        assert not leaked, f"{assignment}/{name}: feedback shows hidden test lines {leaked[:2]}"
+        assert "BEGIN HIDDEN" not in text and "cdnjs" not in html
