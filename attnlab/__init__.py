@@ -3,10 +3,14 @@
 
 Modules:
     attnlab.attention
+    attnlab.embeddings
+    attnlab.encoder
     attnlab.encoder_layer
     attnlab.feedforward
     attnlab.masks
+    attnlab.minilm
     attnlab.multihead
     attnlab.norm
+    attnlab.pooling
     attnlab.softmax
 """

@@ -4,6 +4,7 @@
 import math
 
 import torch
+
 from attnlab.softmax import softmax
 
 

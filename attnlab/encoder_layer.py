@@ -4,8 +4,8 @@
 import torch
 from torch import nn
 
-from attnlab.multihead import MultiHeadAttention
 from attnlab.feedforward import FeedForward
+from attnlab.multihead import MultiHeadAttention
 from attnlab.norm import AddNorm
 
 

@@ -141,7 +141,13 @@ def assemble_modules(cells: list[ExportCell], code_of, header_source: str,
             if len(cell.targets) > 1:
                 # A cell shared by several modules holds imports: keep only those this module uses,
                 # and put the imports of sibling modules right after them.
-                lines += [_prune_imports(code, used).strip("\n"), *cross_imports]
+                kept = _prune_imports(code, used).strip("\n").splitlines()
+                own = [line for line in kept if line.startswith(f"from {PACKAGE}.")]
+                others = [line for line in kept if line not in own]
+                while others and not others[-1].strip():
+                    others.pop()
+                package_imports = sorted(own + cross_imports)
+                lines += others + ([""] + package_imports if package_imports else [])
                 cross_imports = []
                 continue
             lines += [*cross_imports, "", "", f"# cell '{cell.label}'", code.strip("\n")]
