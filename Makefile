@@ -37,7 +37,9 @@ $(STAMP): requirements.txt
 	touch $@
 
 book: $(STAMP)
-	$(VENV)/bin/jupyter-book build . --builder html -W -n --keep-going
+	# --all re-reads every page (executed cells still come from the cache), so a page whose code failed
+	# in an earlier build is run again and fails again, instead of being skipped as unchanged.
+	$(VENV)/bin/jupyter-book build . --all --builder html -W -n --keep-going
 	@echo "Open $(CURDIR)/_build/html/index.html, or run: make serve"
 
 serve: $(STAMP)

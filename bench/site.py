@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 def _build(out: Path) -> float:
     start = time.perf_counter()
     subprocess.run([str(Path(sys.executable).with_name("jupyter-book")), "build", str(REPO), "--path-output", str(out),
-                    "--builder", "html", "-W", "-n", "--keep-going"], check=True, capture_output=True)
+                    "--all", "--builder", "html", "-W", "-n", "--keep-going"], check=True, capture_output=True)
     return time.perf_counter() - start
 
 
