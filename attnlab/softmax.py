@@ -10,12 +10,15 @@ def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Numerically stable softmax of a NumPy array along `axis`.
 
     x: array of logits, any shape, e.g. (T_q, T_k); `-inf` marks a masked position.
-    Returns an array of x's shape and dtype whose slices along `axis` sum to 1,
-    or are all zero where every logit of the slice is `-inf`.
+    Returns an array of x's shape and dtype (float64 for integer x) whose slices along `axis`
+    sum to 1, or are all zero where every logit of the slice is `-inf`.
     """
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)          # integer logits: weights are fractions, so compute in float64
     row_max = np.max(x, axis=axis, keepdims=True)
     # A fully masked row has max -inf; shifting by 0 instead keeps exp(-inf) = 0 and avoids -inf - -inf = nan.
-    row_max = np.where(np.isfinite(row_max), row_max, 0.0)
+    row_max = np.where(row_max == -np.inf, 0.0, row_max)
     exp = np.exp(x - row_max)
     total = np.sum(exp, axis=axis, keepdims=True)
     # Only fully masked rows have total 0; dividing them by 1 leaves their zeros unchanged.
@@ -27,12 +30,14 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """Numerically stable softmax of a tensor along `dim`.
 
     x: logits of any shape, e.g. (B, H, T_q, T_k); `-inf` marks a masked position.
-    Returns a tensor of x's shape and dtype whose slices along `dim` sum to 1,
-    or are all zero where every logit of the slice is `-inf`.
+    Returns a tensor of x's shape and dtype (the default float dtype for integer x) whose slices
+    along `dim` sum to 1, or are all zero where every logit of the slice is `-inf`.
     """
+    if not x.is_floating_point():
+        x = x.to(torch.get_default_dtype())   # integer logits: weights are fractions
     row_max = x.amax(dim=dim, keepdim=True)
     # A fully masked row has max -inf; shifting by 0 instead keeps exp(-inf) = 0 and avoids -inf - -inf = nan.
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    row_max = torch.where(row_max == float("-inf"), torch.zeros_like(row_max), row_max)
     exp = torch.exp(x - row_max)
     total = exp.sum(dim=dim, keepdim=True)
     # Only fully masked rows have total 0; dividing them by 1 leaves their zeros unchanged.

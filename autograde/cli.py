@@ -4,24 +4,29 @@
         Grades each file as one student's submission (the student id is the file name without
         .ipynb), prints `NAME: SCORE / MAX` per file, and writes feedback HTML under
         autograde/feedback/NAME/ASSIGNMENT/.
-    python -m autograde class ASSIGNMENT [--json]
-        Grades every submission under autograde/submitted/STUDENT/ASSIGNMENT/*.ipynb and writes
-        autograde/grades.csv.
+    python -m autograde class ASSIGNMENT [--workers N] [--roster roster.csv] [--json]
+        Grades every submission in autograde/inbox/ASSIGNMENT/STUDENT.ipynb (or, in nbgrader's layout,
+        autograde/submitted/STUDENT/ASSIGNMENT/*.ipynb), in parallel; a rerun grades only new or changed
+        files. Writes autograde/grades.csv and autograde/reports/ASSIGNMENT/ (summary.md, summary.csv,
+        summary.png).
 
-Exit status 0 when grading ran, whatever the scores; 2 for a usage error (unknown assignment,
-missing file).
+Student code runs in a sandbox (bubblewrap): no network, no view of the course files or of other
+students, limited memory, processes and time. Exit status 0 when grading ran, whatever the scores;
+2 for a usage error (unknown assignment, missing file, no sandbox).
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from autograde import sandbox
 from autograde.config import CELL_TIMEOUT_S, DEFAULT_WORKSPACE
 from autograde.grading import SUBMISSION_TIMEOUT_S, Course, Result, UsageError, grade, student_id_for
+from autograde.report import read_roster, write_grades_csv, write_summary
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,24 +37,37 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("assignment", help="assignment name, e.g. ch01_qkv_softmax")
     common.add_argument("--json", action="store_true", help="print results per graded cell as JSON")
     common.add_argument("--workspace", type=Path, default=DEFAULT_WORKSPACE,
-                        help="folder for submitted/, autograded/, feedback/ and gradebook.db (default: autograde/)")
+                        help="folder for inbox/, submitted/, feedback/, results/ ... (default: autograde/)")
     common.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S,
                         help=f"seconds one cell may run (default {CELL_TIMEOUT_S})")
     common.add_argument("--submission-timeout", type=int, default=SUBMISSION_TIMEOUT_S,
                         help=f"seconds one whole submission may take (default {SUBMISSION_TIMEOUT_S})")
+    common.add_argument("--workers", type=int, default=1, help="submissions graded at once (default 1)")
+    common.add_argument("--no-sandbox", action="store_true",
+                        help="run student code without the sandbox (only for trusted code: a student could "
+                             "then read the hidden tests and forge results)")
     one = sub.add_parser("grade", parents=[common], help="grade the given notebook files")
     one.add_argument("files", nargs="+", type=Path, metavar="FILE.ipynb")
-    sub.add_parser("class", parents=[common], help="grade every submission under autograde/submitted/")
+    many = sub.add_parser("class", parents=[common], help="grade every submission of the class")
+    many.add_argument("--roster", type=Path, default=None,
+                      help="CSV with columns id,name (default: WORKSPACE/roster.csv if it exists)")
+    many.add_argument("--regrade", action="store_true", help="grade every submission again, changed or not")
     return parser
 
 
-def write_csv(results: list[Result], path: Path) -> None:
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["student", "assignment", "score", "max_score", "note"])
-        for r in sorted(results, key=lambda r: r.student):
-            writer.writerow([r.student, r.assignment, f"{r.score:g}", f"{r.max_score:g}",
-                             r.error or "; ".join(r.notes)])
+def class_submissions(course: Course) -> list[tuple[str, Path]]:
+    """(student id, file) for every submission: the inbox first, then nbgrader's submitted/ layout."""
+    found: dict[str, Path] = {}
+    inbox = course.workspace / "inbox" / course.assignment
+    for path in sorted(inbox.glob("*.ipynb")) if inbox.is_dir() else []:
+        found[student_id_for(path, set())] = path
+    for folder in sorted((course.workspace / "submitted").glob(f"*/{course.assignment}")):
+        if folder.parent.name not in found:
+            # The assignment's notebook name first; otherwise the only (or first) notebook in the folder.
+            canonical = folder / course.notebook_name
+            notebooks = sorted(folder.glob("*.ipynb"))
+            found[folder.parent.name] = canonical if canonical.is_file() or not notebooks else notebooks[0]
+    return sorted(found.items())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return 2
+    use_sandbox = not args.no_sandbox
+    if use_sandbox and (reason := sandbox.available()):
+        print(f"cannot sandbox student code: {reason}. Fix that, or pass --no-sandbox for trusted code only.",
+              file=sys.stderr)
+        return 2
     if args.command == "grade":
         missing = [str(f) for f in args.files if not f.is_file()]
         if missing:
@@ -67,28 +90,41 @@ def main(argv: list[str] | None = None) -> int:
         taken: set[str] = set()
         jobs = [(student_id_for(f, taken), f) for f in args.files]
     else:
-        submitted = course.workspace / "submitted"
-        jobs = []
-        for folder in sorted(submitted.glob(f"*/{args.assignment}")):
-            notebooks = sorted(folder.glob("*.ipynb"))
-            # A student folder with no notebook, or another name, is still graded: its first .ipynb, or nothing.
-            jobs.append((folder.parent.name, notebooks[0] if notebooks else folder / course.notebook_name))
+        jobs = class_submissions(course)
         if not jobs:
-            print(f"no submissions found under {submitted}/STUDENT/{args.assignment}/", file=sys.stderr)
+            print(f"no submissions in {course.workspace / 'inbox' / args.assignment}/ "
+                  f"or {course.workspace / 'submitted'}/STUDENT/{args.assignment}/", file=sys.stderr)
 
-    course.prepare()
-    results = []
-    for student, file in jobs:
+    try:
+        course.prepare()
+    except Exception as exc:  # noqa: BLE001 - e.g. exercises/ out of date with solutions/
+        print(f"cannot prepare {args.assignment}: {exc}", file=sys.stderr)
+        return 2
+    results: list[Result] = []
+
+    def run(job):
+        student, file = job
         started = time.monotonic()
-        result = grade(course, student, file, args.cell_timeout, args.submission_timeout)
-        results.append(result)
-        if not args.json:
-            print(f"{result.line()}  [{time.monotonic() - started:.1f} s]", flush=True)
+        result = grade(course, student, file, args.cell_timeout, args.submission_timeout, use_sandbox,
+                       only_if_changed=args.command == "class" and not args.regrade)
+        return result, time.monotonic() - started
+
+    with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+        for future in as_completed([pool.submit(run, job) for job in jobs]):
+            result, seconds = future.result()
+            results.append(result)
+            if not args.json:
+                print(f"{result.line()}  [{seconds:.1f} s]", flush=True)
+    results.sort(key=lambda r: r.student)
+
     if args.command == "class":
+        roster_path = args.roster or (course.workspace / "roster.csv")
+        roster = read_roster(roster_path) if roster_path.is_file() else None
         csv_path = course.workspace / "grades.csv"
-        write_csv(results, csv_path)
+        write_grades_csv(results, csv_path, course, roster)
+        report = write_summary(results, course.workspace / "reports" / args.assignment)
         if not args.json:
-            print(f"wrote {csv_path}")
+            print(f"wrote {csv_path} and {report}")
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
     return 0

@@ -52,29 +52,37 @@ def nbgrader_config(workspace: Path = DEFAULT_WORKSPACE, source_root: Path = REP
     return c
 
 
-def grading_config(workspace: Path = DEFAULT_WORKSPACE, cell_timeout_s: int = CELL_TIMEOUT_S) -> Config:
-    """nbgrader settings for autograding and feedback.
+def grading_config(workspace: Path = DEFAULT_WORKSPACE, cell_timeout_s: int = CELL_TIMEOUT_S,
+                   sandbox_package: Path | None = None, use_sandbox: bool = True, wall_s: int = 900) -> Config:
+    """nbgrader settings for autograding and feedback, for one submission's private course folder.
 
-    nbgrader reads submissions from .work/normalized/ (the rebuilt copies, see submission.py), never
-    from the students' original files in submitted/; feedback hides hidden tests and renders math offline.
+    nbgrader reads the submission from .work/normalized/ (the rebuilt copy, see submission.py), runs it
+    in the sandbox (execute.SandboxedExecute) unless use_sandbox is False, and writes feedback that
+    hides hidden tests and renders math offline.
     """
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.converters import Autograde
     from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 
     import nbgrader
 
-    from autograde.execute import StderrIsNotFailure, SurvivingExecute
-    from autograde.feedback import MinimalTestTracebacks
+    from autograde.execute import SandboxedExecute, StderrIsNotFailure, SurvivingExecute
+    from autograde.feedback import GraderWrittenOutputs, RedactHiddenEcho
 
     c = nbgrader_config(workspace)
     c.CourseDirectory.submitted_directory = str(Path(".work") / "normalized")
     c.Execute.timeout = cell_timeout_s
-    from nbgrader.converters import Autograde
-    autograde_steps = Autograde.class_traits()["autograde_preprocessors"].default()
-    steps = [SurvivingExecute if step.__name__ == "Execute" else step for step in autograde_steps]
-    steps.insert(steps.index(SurvivingExecute) + 1, StderrIsNotFailure)
+    execute = SandboxedExecute if use_sandbox else SurvivingExecute
+    if use_sandbox:
+        c.SandboxedExecute.package = str(sandbox_package or "")
+        c.SandboxedExecute.scratch = str(Path(workspace) / "sandbox")
+        c.SandboxedExecute.wall_s = wall_s
+    steps = [execute if step.__name__ == "Execute" else step
+             for step in Autograde.class_traits()["autograde_preprocessors"].default()]
+    steps.insert(steps.index(execute) + 1, StderrIsNotFailure)
     c.Autograde.autograde_preprocessors = steps
-    c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, MinimalTestTracebacks, CSSHTMLHeaderPreprocessor]
+    c.GenerateFeedback.preprocessors = [GetGrades, GraderWrittenOutputs, RedactHiddenEcho, ClearHiddenTests,
+                                        CSSHTMLHeaderPreprocessor]
     # nbgrader's API always uses its template named "feedback"; templates/feedback/ holds only a
     # mathjax.html.j2, which shadows nbconvert's CDN version because our folder is searched first.
     c.HTMLExporter.filters = {"offline_mathjax": "autograde.feedback.mathjax_source"}

@@ -11,7 +11,7 @@ import copy
 
 from nbclient.exceptions import DeadKernelError
 from nbconvert.preprocessors import Preprocessor
-from traitlets import Bool
+from traitlets import Bool, Integer, Unicode
 from nbformat.notebooknode import NotebookNode
 from nbgrader.preprocessors import Execute
 
@@ -71,3 +71,61 @@ class StderrIsNotFailure(Preprocessor):
                     output["name"] = "stdout"
                     output["text"] = "".join(f"[stderr] {line}" for line in output["text"].splitlines(True))
         return cell, resources
+
+
+class SandboxedExecute(Execute):
+    """Execute the notebook inside the sandbox (autograde/sandbox.py) instead of in a local kernel.
+
+    Only the outputs come back: the cells' sources and metadata stay those of the notebook given here,
+    so nothing the submission does while running can change which code or which tests are graded.
+    """
+
+    package = Unicode("", help="folder holding the reference modules the sandbox may import").tag(config=True)
+    scratch = Unicode("", help="private folder for the sandbox's work directory").tag(config=True)
+    wall_s = Integer(900, help="seconds the whole notebook may run").tag(config=True)
+    max_notebook_bytes = Integer(64 * 2**20).tag(config=True)
+
+    def preprocess(self, nb, resources, km=None):
+        import json
+        import shutil
+        from pathlib import Path
+
+        import nbformat
+
+        from autograde import sandbox
+        from autograde.untrusted import UntrustedFileError, read_bytes
+
+        work = Path(self.scratch) / "execute"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        nbformat.write(nb, work / "in.ipynb")
+        run = sandbox.python(work, Path(self.package) if self.package else None, "execute", "in.ipynb",
+                             "out.ipynb", str(self.timeout), limits=sandbox.Limits(wall_s=self.wall_s))
+        try:
+            executed = nbformat.reads(read_bytes(work / "out.ipynb", self.max_notebook_bytes).decode("utf-8"),
+                                      as_version=4)
+            if [c.get("id") for c in executed.cells] != [c.get("id") for c in nb.cells]:
+                raise UntrustedFileError("the notebook's cells were changed while it ran")
+            problem = ""
+        except (UntrustedFileError, UnicodeDecodeError, json.JSONDecodeError, nbformat.reader.NotJSONError,
+                ValueError) as exc:
+            executed, problem = None, str(exc)
+        if run.timed_out:
+            problem = f"the notebook did not finish within {self.wall_s} s"
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            if executed is None:
+                cell.outputs = [NotebookNode(output_type="error", ename="GradingError",
+                                             evalue=f"not graded: {problem}", traceback=[f"GradingError: {problem}"])]
+            elif executed.cells[index].get("execution_count") is None and cell.source.strip():
+                # Never run (the notebook was stopped before it): an untested cell must not count as passed.
+                reason = problem or "the notebook stopped before this cell"
+                cell.outputs = [NotebookNode(output_type="error", ename="NotRun", evalue=f"not run: {reason}",
+                                             traceback=[f"NotRun: {reason}"])]
+            else:
+                cell.outputs = executed.cells[index].get("outputs", [])
+                cell.execution_count = executed.cells[index].get("execution_count")
+        if executed is None:
+            self.log.error("sandboxed execution failed: %s\n%s", problem, run.output[-3000:])
+        return nb, resources

@@ -5,7 +5,11 @@ import sysconfig
 from functools import lru_cache
 from pathlib import Path
 
+import json
+import re
+
 from nbconvert.preprocessors import Preprocessor
+from nbformat.notebooknode import NotebookNode
 from traitlets import Bool
 
 # MathJax 3 as shipped by the sphinx-mathjax-offline package (installed from requirements.txt).
@@ -26,18 +30,80 @@ def mathjax_source(_unused: str = "") -> str:
     return _mathjax_source()
 
 
-class MinimalTestTracebacks(Preprocessor):
-    """Show a failed test cell's error type and message only.
+class GraderWrittenOutputs(Preprocessor):
+    """Replace every code cell's outputs by a line the grader writes.
 
-    IPython's traceback quotes the source lines around the failure, which for a hidden test would
-    print the hidden test itself; the assertion message already says what to look at.
+    Outputs are text the submission controls, and the hidden tests ran in its kernel, where IPython keeps
+    the source of every cell: an output could quote (or encode) the hidden tests. So the feedback shows,
+    for a test cell, "passed" or the error type with the first line of its message (at most 200
+    characters; withheld when the failure is inside the hidden tests), and nothing for other cells.
     """
 
-    enabled = Bool(True)   # nbconvert preprocessors are off unless enabled
+    enabled = Bool(True)
+    max_message = 200
 
     def preprocess_cell(self, cell, resources, index):
-        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
-            for output in cell.get("outputs", []):
-                if output.get("output_type") == "error":
-                    output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
+        if cell.cell_type != "code":
+            return cell, resources
+        meta = cell.metadata.get("nbgrader", {})
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        if not meta.get("grade"):
+            cell.outputs = []
+            return cell, resources
+        if not errors:
+            text = "passed\n"
+        else:
+            error = errors[0]
+            ename = str(error.get("ename", "Error"))[:80]
+            if self._failed_in_hidden_part(cell, error):
+                text = (f"failed in the hidden tests: {ename}. They check harder cases than the visible ones: "
+                        "other shapes, batch dimensions, dtypes, masks and extreme values.\n")
+            else:
+                first = (str(error.get("evalue", "")).strip().splitlines() or [""])[0][: self.max_message]
+                text = f"failed: {ename}: {first}\n"
+        cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=text)]
         return cell, resources
+
+    @staticmethod
+    def _failed_in_hidden_part(cell, error) -> bool:
+        """True when the test cell's own frame of the traceback is at or after the hidden-test marker."""
+        lines = cell.source.splitlines()
+        marker = next((i + 1 for i, line in enumerate(lines) if "### BEGIN HIDDEN TESTS" in line), None)
+        if marker is None:
+            return False
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.get("traceback", [])))
+        frames = re.findall(r"Cell In\[\d+\], line (\d+)", plain)
+        # Unknown location: treat as hidden, so no student-controlled message is shown.
+        return not frames or int(frames[0]) >= marker
+
+
+class RedactHiddenEcho(Preprocessor):
+    """Remove any output that quotes a hidden test line.
+
+    The hidden tests run in the student's kernel, so code that ran before them can read their source
+    (IPython keeps it) and print it in a later output. Runs before ClearHiddenTests, while the test
+    cells still hold the hidden source it looks for.
+    """
+
+    enabled = Bool(True)
+    min_chars = 20
+
+    def preprocess(self, nb, resources):
+        hidden = set()
+        for cell in nb.cells:
+            if "### BEGIN HIDDEN TESTS" in cell.source:
+                part = cell.source.split("### BEGIN HIDDEN TESTS", 1)[1].split("### END HIDDEN TESTS", 1)[0]
+                hidden |= {line.strip() for line in part.splitlines() if len(line.strip()) >= self.min_chars}
+        visible = {line.strip() for cell in nb.cells
+                   for line in cell.source.replace("### BEGIN HIDDEN TESTS", "\0").split("\0")[0].splitlines()}
+        hidden -= visible
+        if not hidden:
+            return nb, resources
+        for cell in nb.cells:
+            for index, output in enumerate(cell.get("outputs", [])):
+                text = json.dumps(output, ensure_ascii=False)
+                if any(json.dumps(line, ensure_ascii=False)[1:-1] in text or line in text for line in hidden):
+                    cell.outputs[index] = NotebookNode(
+                        output_type="stream", name="stdout",
+                        text="[output removed by the grader: it quoted hidden test code]\n")
+        return nb, resources

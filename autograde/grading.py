@@ -1,17 +1,17 @@
-"""Grade one submission: check the file, rebuild it against the release, run nbgrader, read the scores.
+"""Grade one submission: check the file, rebuild it against the release, grade it in a private course folder.
 
-nbgrader runs in a child process (autograde.worker) under a wall-clock limit, so a submission
-that hangs its kernel in a way nbgrader's per-cell timeout cannot stop still lets the rest of the
-class be graded.
+Each submission gets its own nbgrader course folder (a copy of the prepared gradebook, its own
+autograded/ and feedback/), so submissions can be graded in parallel and none can see another's files.
+nbgrader itself runs in a child process (autograde.worker) under a wall-clock limit, and the student's
+code runs inside the sandbox (autograde/sandbox.py).
 """
 from __future__ import annotations
 
+import hashlib
 import html
-import os
+import json
 import re
 import shutil
-import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,7 @@ class CellResult:
     score: float
     max_score: float
     error: str = ""          # the first error the test cell raised, "ename: evalue"
+    flagged: str = ""        # why the out-of-process re-check overruled the kernel, if it did
 
 
 @dataclass
@@ -41,13 +42,28 @@ class Result:
     notes: list[str] = field(default_factory=list)
     error: str = ""          # why the submission could not be graded at all
     feedback: str = ""       # path of the feedback HTML
+    sha256: str = ""         # of the submitted file: a rerun skips unchanged submissions
+    flagged: bool = False    # suspected tampering: some cell passed in the kernel but failed its re-check
+    sandboxed: bool = True
 
     def line(self) -> str:
         text = f"{self.student}: {self.score:g} / {self.max_score:g}"
+        if self.flagged:
+            text += "  [FLAGGED: suspected tampering]"
         return text + (f"  ({self.error})" if self.error else "")
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Result":
+        data = dict(data)
+        data["cells"] = [CellResult(**c) for c in data.get("cells", [])]
+        return cls(**data)
+
+
+class UsageError(ValueError):
+    """The command line names something that does not exist (an assignment, a file)."""
 
 
 def student_id_for(path: Path, taken: set[str]) -> str:
@@ -58,10 +74,6 @@ def student_id_for(path: Path, taken: set[str]) -> str:
         candidate, n = f"{base}-{n}", n + 1
     taken.add(candidate)
     return candidate
-
-
-class UsageError(ValueError):
-    """The command line names something that does not exist (an assignment, a file)."""
 
 
 class Course:
@@ -77,84 +89,142 @@ class Course:
             raise UsageError(f"unknown assignment '{assignment}': no {self.release.relative_to(self.repo)} "
                              f"(known: {', '.join(known) or 'none'})")
         self.notebook_name = self.release.name
+        self.prepared = self.workspace / ".work" / "prepared" / assignment
+        self.package = self.workspace / ".work" / "lib" / assignment
 
-    def path(self, kind: str, student: str, suffix: str = ".ipynb") -> Path:
-        folder = {"submitted": "submitted", "normalized": ".work/normalized", "autograded": "autograded",
-                  "feedback": "feedback"}[kind]
-        return self.workspace / folder / student / self.assignment / (Path(self.notebook_name).stem + suffix)
+    # where things live
+    def submitted(self, student: str) -> Path:
+        return self.workspace / "submitted" / student / self.assignment / self.notebook_name
+
+    def private(self, student: str) -> Path:
+        return self.workspace / ".work" / "runs" / self.assignment / student
+
+    def feedback(self, student: str) -> Path:
+        return self.workspace / "feedback" / student / self.assignment / (Path(self.notebook_name).stem + ".html")
+
+    def result_file(self, student: str) -> Path:
+        return self.workspace / "results" / self.assignment / f"{student}.json"
 
     def prepare(self) -> None:
-        """Record the assignment in the gradebook (nbgrader's generate_assignment into a scratch release)."""
+        """Record the assignment in a gradebook to copy for each submission, and collect the reference
+        modules of the earlier chapters, the only part of attnlab the sandbox may import."""
         from autograde.worker import run_in_child
-        run_in_child(["prepare", self.assignment, str(self.workspace)], timeout=600)
+        run_in_child(["prepare", self.assignment, str(self.prepared)], timeout=600)
+        self._earlier_chapters_package()
+
+    def _earlier_chapters_package(self) -> None:
+        from coursekit.exporting import read_export_cells
+        from coursekit.sync import chapter_notebooks
+        modules = set()
+        for notebook in chapter_notebooks(self.repo):
+            if notebook.parent.name >= self.assignment:
+                break
+            modules |= {t for cell in read_export_cells(notebook, self.repo) for t in cell.targets}
+        shutil.rmtree(self.package, ignore_errors=True)
+        (self.package / "attnlab").mkdir(parents=True)
+        (self.package / "attnlab" / "__init__.py").write_text('"""attnlab: the earlier chapters only."""\n')
+        for module in sorted(modules):
+            shutil.copyfile(self.repo / module, self.package / module)
 
     def max_score(self) -> float:
         from nbgrader.api import Gradebook
-        from autograde.config import nbgrader_config
-        with Gradebook(nbgrader_config(self.workspace).CourseDirectory.db_url) as gb:
+        with Gradebook(f"sqlite:///{self.prepared / 'gradebook.db'}") as gb:
             return float(gb.find_assignment(self.assignment).max_score)
+
+    def load_result(self, student: str) -> Result | None:
+        path = self.result_file(student)
+        return Result.from_dict(json.loads(path.read_text())) if path.is_file() else None
+
+    def save_result(self, result: Result) -> None:
+        path = self.result_file(result.student)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result.as_dict(), indent=1))
 
 
 def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_TIMEOUT_S,
-          submission_timeout_s: int = SUBMISSION_TIMEOUT_S) -> Result:
-    """Grade `file` as `student`'s submission of course.assignment; never raises for a bad submission."""
-    submitted = course.path("submitted", student)
+          submission_timeout_s: int = SUBMISSION_TIMEOUT_S, use_sandbox: bool = True,
+          only_if_changed: bool = False) -> Result:
+    """Grade `file` as `student`'s submission of course.assignment; never raises for a bad submission.
+    With only_if_changed, a submission whose bytes were already graded keeps its stored result."""
+    raw = Path(file).read_bytes() if Path(file).is_file() else b""
+    digest = hashlib.sha256(raw).hexdigest()
+    if only_if_changed:
+        previous = course.load_result(student)
+        if previous is not None and previous.sha256 == digest and previous.sandboxed == use_sandbox:
+            return previous
+    submitted = course.submitted(student)
     if Path(file).resolve() != submitted.resolve():
         submitted.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(file, submitted)
-    for kind in ("normalized", "autograded", "feedback"):
-        shutil.rmtree(course.path(kind, student).parent, ignore_errors=True)
+        submitted.write_bytes(raw)
+    shutil.rmtree(course.feedback(student).parent, ignore_errors=True)
 
     max_score = course.max_score()
     try:
         notebook = read_submission(submitted)
         rebuilt = rebuild(notebook, nbformat.read(course.release, as_version=4), course.assignment)
     except SubmissionError as exc:
-        return _ungradable(course, student, max_score, f"not graded: {exc}")
+        return _finish(course, _ungradable(course, student, max_score, f"not graded: {exc}"), digest, use_sandbox)
 
     if rebuilt.notes:
         notes = "\n".join(f"- {n}" for n in rebuilt.notes)
         rebuilt.notebook.cells.insert(0, nbformat.v4.new_markdown_cell(f"**Grading notes**\n\n{notes}"))
-    normalized = course.path("normalized", student)
-    normalized.parent.mkdir(parents=True, exist_ok=True)
+    private = course.private(student)
+    shutil.rmtree(private, ignore_errors=True)
+    normalized = private / ".work" / "normalized" / student / course.assignment / course.notebook_name
+    normalized.parent.mkdir(parents=True)
+    shutil.copyfile(course.prepared / "gradebook.db", private / "gradebook.db")
     nbformat.write(rebuilt.notebook, normalized)
 
     from autograde.worker import ChildFailed, run_in_child
     try:
-        run_in_child(["grade", course.assignment, str(course.workspace), student, str(cell_timeout_s)],
-                     timeout=submission_timeout_s)
+        run_in_child(["grade", course.assignment, str(private), student, str(cell_timeout_s),
+                      "1" if use_sandbox else "0", str(course.package), str(submission_timeout_s)],
+                     timeout=submission_timeout_s + 120)
     except ChildFailed as exc:
-        return _ungradable(course, student, max_score, f"grading failed: {exc}", rebuilt.notes)
-    return _read_result(course, student, rebuilt.notes)
+        result = _ungradable(course, student, max_score, f"grading failed: {exc}", rebuilt.notes)
+        return _finish(course, result, digest, use_sandbox)
+    return _finish(course, _read_result(course, student, rebuilt.notes), digest, use_sandbox)
+
+
+def _finish(course: Course, result: Result, digest: str, use_sandbox: bool) -> Result:
+    result.sha256, result.sandboxed = digest, use_sandbox
+    course.save_result(result)
+    return result
 
 
 def _read_result(course: Course, student: str, notes: list[str]) -> Result:
     from nbgrader.api import Gradebook
-    from autograde.config import nbgrader_config
 
+    private = course.private(student)
     errors = {}
-    autograded = course.path("autograded", student)
+    autograded = private / "autograded" / student / course.assignment / course.notebook_name
     for cell in nbformat.read(autograded, as_version=4).cells:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error" and gid not in errors:
                 evalue = str(output.get("evalue", "")).strip().splitlines()
                 errors[gid] = f"{output.get('ename', 'Error')}: {evalue[0] if evalue else ''}".strip()
-    with Gradebook(nbgrader_config(course.workspace).CourseDirectory.db_url) as gb:
+    recheck = json.loads((private / "recheck.json").read_text())
+    flagged = recheck.get("flagged", {})
+    with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as gb:
         nb = gb.find_submission_notebook(Path(course.notebook_name).stem, course.assignment, student)
-        cells = [CellResult(g.name, float(g.score), float(g.max_score), errors.get(g.name, ""))
-                 for g in sorted(nb.grades, key=lambda g: g.cell.id if g.cell else 0)]
-        result = Result(student, course.assignment, float(nb.score), float(nb.max_score), cells, list(notes))
+        cells = [CellResult(g.name, float(g.score), float(g.max_score), errors.get(g.name, ""), flagged.get(g.name, ""))
+                 for g in nb.grades]
+        result = Result(student, course.assignment, float(nb.score), float(nb.max_score), cells, list(notes),
+                        flagged=bool(flagged))
     order = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(course.release, as_version=4).cells]
     result.cells.sort(key=lambda c: order.index(c.cell) if c.cell in order else len(order))
-    feedback = course.path("feedback", student, ".html")
-    result.feedback = str(feedback) if feedback.is_file() else ""
+    produced = private / "feedback" / student / course.assignment / (Path(course.notebook_name).stem + ".html")
+    if produced.is_file():
+        course.feedback(student).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(produced, course.feedback(student))
+        result.feedback = str(course.feedback(student))
     return result
 
 
 def _ungradable(course: Course, student: str, max_score: float, message: str, notes=()) -> Result:
     """A zero with the reason, and a feedback page that says it."""
-    feedback = course.path("feedback", student, ".html")
+    feedback = course.feedback(student)
     feedback.parent.mkdir(parents=True, exist_ok=True)
     feedback.write_text(
         "<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>Feedback: "

@@ -88,10 +88,13 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
         gid = meta.get("grade_id")
         if gid in solution_ids and cell.get("cell_type") == "code":
             if gid in student_solutions:
-                notes.append(f"solution cell '{gid}' appears twice; the first copy was graded")
+                # A copied cell (JupyterLab copies the metadata too): keep it, after the first, as the student
+                # ran it; the later definition wins, as it did in their kernel.
+                notes.append(f"solution cell '{gid}' appears more than once; every copy was kept, in order")
+                added_after.setdefault(last_known, []).append(_as_added(cell))
             else:
                 student_solutions[gid] = cell
-            last_known = gid
+                last_known = gid
         elif gid in known_ids:
             last_known = gid     # a released non-solution cell: the release's copy is used instead
         elif not meta and (cell.get("id") in released_prose or cell.get("source") in released_sources):
@@ -113,7 +116,10 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
             mine = student_solutions[gid]
             cell.source = mine.source if isinstance(mine.source, str) else "".join(mine.source)
         elif gid in solution_ids:
-            notes.append(f"solution cell '{gid}' is missing from the submission; it was graded as not written")
+            # Empty, not the release's stub: the student may have retyped the code in a cell of their own,
+            # and a stub placed after it would replace their function by `raise NotImplementedError`.
+            cell.source = ""
+            notes.append(f"solution cell '{gid}' is missing from the submission; it was left empty")
         cells.append(cell)
         cells.extend(copy.deepcopy(c) for c in added_after.get(gid, []))
     notebook.cells = cells
@@ -129,6 +135,13 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
     tampered = _tampering(submitted, released)
     notes.extend(tampered)
     return Rebuilt(notebook, notes)
+
+
+def _as_added(cell) -> nbformat.NotebookNode:
+    """A copy of `cell` without nbgrader metadata: graded as a cell the student added."""
+    copy_ = copy.deepcopy(cell)
+    copy_.metadata.pop("nbgrader", None)
+    return copy_
 
 
 def _tampering(submitted, released) -> list[str]:

@@ -1,7 +1,8 @@
 """The nbgrader steps, run in a child process (python -m autograde.worker ...) under a time limit.
 
     prepare ASSIGNMENT WORKSPACE                      record the assignment in the gradebook
-    grade   ASSIGNMENT WORKSPACE STUDENT CELL_TIMEOUT autograde + feedback for one student
+    grade   ASSIGNMENT COURSE STUDENT CELL_TIMEOUT SANDBOX PACKAGE WALL_S
+                                                      autograde, re-check and feedback for one student
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ def prepare(assignment: str, workspace: str) -> None:
     assignment's cells (with hidden tests) and checks that the committed exercises/ is what sync writes."""
     from autograde.config import REPO_ROOT, nbgrader_config
 
-    scratch = Path(workspace) / ".work" / "release"
+    scratch = Path(workspace) / "release"
     config = nbgrader_config(Path(workspace), release_root=scratch)
     result = _api(config).generate_assignment(assignment, force=True, create=True)
     if not result["success"]:
@@ -70,21 +71,63 @@ def prepare(assignment: str, workspace: str) -> None:
                              "run `make sync` before grading")
 
 
-def grade(assignment: str, workspace: str, student: str, cell_timeout_s: str) -> None:
+def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_sandbox: str, package: str,
+          wall_s: str) -> None:
+    """Autograde one submission in its private course folder, re-check it out of process, write feedback."""
+    import json
+
+    import nbformat
     from nbgrader.api import Gradebook
 
     from autograde.config import grading_config
+    from autograde.recheck import recheck
 
-    config = grading_config(Path(workspace), int(cell_timeout_s))
+    sandboxed = use_sandbox == "1"
+    package_dir = Path(package) if package else None
+    config = grading_config(Path(course), int(cell_timeout_s), package_dir, sandboxed, int(wall_s))
     with Gradebook(config.CourseDirectory.db_url) as gb:
         gb.update_or_create_student(student)
     api = _api(config)
     result = api.autograde(assignment, student, force=True, create=True)
     if not result["success"]:
         raise SystemExit(f"nbgrader autograde failed: {_last_error(result)}")
+
+    autograded = Path(course) / "autograded" / student / assignment / f"{assignment}.ipynb"
+    verdicts = recheck(assignment, nbformat.read(autograded, as_version=4), Path(course) / "sandbox" / "probe",
+                       package_dir, int(cell_timeout_s)) if sandboxed else {}
+    flags = {}
+    with Gradebook(config.CourseDirectory.db_url) as gb:
+        for cell, problem in verdicts.items():
+            grade = gb.find_grade(cell, assignment, assignment, student)
+            if problem and (grade.auto_score or 0) > 0:
+                # Passed in the kernel, failed out of process: the kernel's verdict was not earned.
+                grade.manual_score = 0.0
+                flags[cell] = problem
+        gb.db.commit()
+    (Path(course) / "recheck.json").write_text(json.dumps({"verdicts": verdicts, "flagged": flags}))
+    if flags:
+        _explain_in_feedback(autograded, flags)
+
     result = api.generate_feedback(assignment, student, force=True)
     if not result["success"]:
         raise SystemExit(f"nbgrader generate_feedback failed: {_last_error(result)}")
+
+
+def _explain_in_feedback(autograded: Path, flags: dict[str, str]) -> None:
+    """Put the re-check's verdict under each overruled test cell, where the feedback page shows it."""
+    import nbformat
+    nb = nbformat.read(autograded, as_version=4)
+    cells = []
+    for cell in nb.cells:
+        cells.append(cell)
+        gid = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if gid in flags:
+            cells.append(nbformat.v4.new_markdown_cell(
+                f"**Scored 0 by the re-check.** This cell's tests passed inside the notebook, but the same functions, "
+                f"run again outside the notebook on new inputs, failed ({flags[gid]}). Your functions must work as "
+                "plain Python, as they do in your own package after `make export`. Flagged for the instructor."))
+    nb.cells = cells
+    nbformat.write(nb, autograded)
 
 
 def _last_error(result: dict) -> str:

@@ -13,7 +13,7 @@ CELL_TIMEOUT_S = 20
 
 def grade_files(assignment: str, files: list[Path], workspace: Path) -> dict[str, dict]:
     """{student id: result} from `python -m autograde grade ASSIGNMENT FILES --json`."""
-    run = subprocess.run([sys.executable, "-m", "autograde", "grade", assignment, *map(str, files), "--json",
+    run = subprocess.run([sys.executable, "-m", "autograde", "grade", assignment, *map(str, files), "--json", "--workers", "2",
                           "--workspace", str(workspace), "--cell-timeout", str(CELL_TIMEOUT_S)],
                          cwd=REPO, capture_output=True, text=True, timeout=3600)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -1,5 +1,5 @@
 # cell: masks
-# loses: test_masks test_mha_cross_and_masks
+# loses: test_masks
 # why: upper-triangular causal mask: every token sees the future, not the past
 #| export attnlab/masks.py
 def padding_mask(lengths, max_len):

@@ -1,5 +1,5 @@
 # cell: masks
-# loses: test_masks test_mha_cross_and_masks
+# loses: test_masks
 # why: True at the padding (nn.MultiheadAttention's key_padding_mask convention) instead of at real tokens
 #| export attnlab/masks.py
 def padding_mask(lengths, max_len):

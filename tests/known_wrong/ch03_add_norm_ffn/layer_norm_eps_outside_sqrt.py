@@ -1,5 +1,5 @@
 # cell: layer_norm
-# loses: test_layer_norm test_add_norm test_encoder_layer
+# loses: test_layer_norm
 # why: adds eps to the standard deviation instead of the variance (std + eps); only eps = 1 shows it
 #| export attnlab/norm.py
 def layer_norm(x, weight, bias, eps=1e-5):

@@ -1,0 +1,76 @@
+"""Re-checks for chapter 1 (see autograde/rechecks/__init__.py). References: torch.softmax and
+F.scaled_dot_product_attention, with the course's convention that a fully masked row is all zeros."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from autograde.rechecks import Probe
+
+NINF = float("-inf")
+
+
+def _softmax_zero_rows(x: torch.Tensor, dim: int) -> torch.Tensor:
+    return torch.nan_to_num(torch.softmax(x, dim=dim), nan=0.0)
+
+
+def _masked_logits(g: torch.Generator, shape) -> torch.Tensor:
+    x = torch.randn(shape, generator=g, dtype=torch.float64) * 30
+    x = x.masked_fill(torch.rand(shape, generator=g) < 0.3, NINF)
+    x[0, 1] = NINF                                        # one fully masked row (along the last dim)
+    return x
+
+
+def _qkv(g: torch.Generator):
+    return {"q": torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64) * 3,
+            "k": torch.randn(2, 3, 7, 8, generator=g, dtype=torch.float64) * 3,
+            "v": torch.randn(2, 3, 7, 4, generator=g, dtype=torch.float64)}
+
+
+def _mask_inputs(g: torch.Generator):
+    inputs = _qkv(g)
+    mask = torch.rand(2, 3, 5, 7, generator=g) > 0.5
+    mask[1, 2, 3] = False                                 # a query with nothing to attend to
+    inputs["mask"] = mask
+    return inputs
+
+
+# The exercises ask for softmax and attention written by hand: the library versions are switched off
+# while the re-check calls the student's functions.
+LIBRARY_OFF = ("import torch, torch.nn.functional as F\n"
+               "def _switched_off(*args, **kwargs):\n    raise RuntimeError('library softmax/attention is switched off')\n"
+               "torch.softmax = F.softmax = torch.Tensor.softmax = _switched_off\n"
+               "F.scaled_dot_product_attention = _switched_off\n")
+
+PROBES = {
+    "test_softmax_np": Probe(
+        inputs=lambda g: {"x": (torch.randn(3, 4, 6, generator=g, dtype=torch.float64) * 400)},
+        code="import numpy, torch\n"
+             "result = [torch.from_numpy(numpy.asarray(softmax_np(inputs['x'].numpy(), axis=a), dtype=numpy.float64))"
+             " for a in (0, 1, -1)]",
+        reference=lambda i: tuple(torch.softmax(i["x"], dim=a) for a in (0, 1, -1))),
+    "test_softmax": Probe(
+        inputs=lambda g: {"x": torch.randn(2, 5, 7, generator=g, dtype=torch.float64) * 300},
+        code=LIBRARY_OFF + "result = [softmax(inputs['x'], dim=d) for d in (0, 1, 2)]",
+        reference=lambda i: tuple(torch.softmax(i["x"], dim=d) for d in (0, 1, 2))),
+    "test_softmax_masked": Probe(
+        inputs=lambda g: {"x": _masked_logits(g, (3, 4, 6))},
+        code=LIBRARY_OFF + "result = softmax(inputs['x'], dim=-1)",
+        reference=lambda i: (_softmax_zero_rows(i["x"], -1),)),
+    "test_attention_scores": Probe(
+        inputs=_qkv,
+        code="result = attention_scores(inputs['q'], inputs['k'])",
+        reference=lambda i: (i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8),)),
+    "test_sdpa": Probe(
+        inputs=_qkv,
+        code=LIBRARY_OFF + "result = scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'])",
+        reference=lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"]),
+                             torch.softmax(i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8), dim=-1))),
+    "test_sdpa_mask": Probe(
+        inputs=_mask_inputs,
+        code=LIBRARY_OFF + "result = scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'], "
+                           "mask=inputs['mask'])",
+        reference=lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], attn_mask=i["mask"]),
+                             _softmax_zero_rows((i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8))
+                                                .masked_fill(~i["mask"], NINF), -1))),
+}

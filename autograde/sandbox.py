@@ -1,0 +1,148 @@
+"""Run untrusted code in a bubblewrap sandbox.
+
+Inside: the system and the virtual environment read-only; the repository, /root, /tmp and every other
+student hidden; one private, writable work folder; only the earlier chapters' reference modules of
+attnlab (so the current chapter cannot be imported instead of being written); no network (a fresh
+network namespace with only loopback); its own process tree, killed as a whole when it ends; an
+unprivileged user id of its own; limits on memory, processes, file size and wall-clock time.
+"""
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+NOBODY = 65534
+# Each run gets a user id of its own, so that limits counted per user (processes) and files owned by the
+# user belong to one submission only; ids in this range have no account and own nothing else.
+UID_BASE, UID_SPAN = 200_000, 50_000
+RUNNER = Path(__file__).resolve().with_name("sandbox_runner.py")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces here."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int = 6 * 2**30        # address space per process: a memory bomb gets MemoryError
+    processes: int = 512                 # threads and processes of the sandbox user: a fork bomb stops here
+    file_bytes: int = 256 * 2**20        # largest file it may write
+    wall_s: float = 900                  # the whole run
+
+
+@dataclass
+class Result:
+    returncode: int
+    output: str
+    timed_out: bool
+
+
+def available() -> str | None:
+    """None when sandboxing works here, else the reason it does not."""
+    if shutil.which("bwrap") is None:
+        return "bubblewrap (bwrap) is not installed: apt-get install bubblewrap"
+    if shutil.which("setpriv") is None:
+        return "setpriv (util-linux) is not installed"
+    if os.geteuid() != 0:
+        return "the sandbox switches to the user nobody, which needs root (run grading as root, e.g. in a container)"
+    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--dev", "/dev",
+                            "--proc", "/proc", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"bwrap cannot create namespaces here: {probe.stderr.strip()[:200]}"
+    return None
+
+
+def _ro_mount(path: Path) -> list[str]:
+    """Mount `path` read-only, creating its parent folders world-traversable (the user nobody must reach it)."""
+    args = []
+    for parent in reversed(path.parents[:-1]):
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args + ["--ro-bind", str(path), str(path)]
+
+
+def _python_mounts() -> list[str]:
+    """This interpreter's virtual environment and the Python installation it was made from."""
+    prefixes = sorted({Path(sys.prefix), Path(sys.base_prefix)}, key=lambda p: len(p.parts))
+    return [arg for prefix in prefixes for arg in _ro_mount(prefix)]
+
+
+# Replaced by empty folders: where course files, other students' work and secrets may live.
+HIDDEN = ["/tmp", "/root", "/home", "/var/tmp", "/srv", "/opt", "/mnt", "/media", "/run"]
+
+
+def _hidden() -> list[str]:
+    repo_top = "/" + Path(__file__).resolve().parts[1]        # e.g. /work for /work/main/autograde
+    return [path for path in sorted(set(HIDDEN + [repo_top])) if Path(path).is_dir()]
+
+
+def run_uid() -> int:
+    """A user id for one sandboxed run: the grading process's pid is unique among concurrent runs."""
+    return UID_BASE + os.getpid() % UID_SPAN
+
+
+def command(argv: list[str], work: Path, package: Path | None, uid: int = NOBODY) -> list[str]:
+    """The bwrap command line that runs `argv` (a command inside the sandbox) with `work` at /tmp/sandbox/work."""
+    args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-net",
+            "--unshare-uts", "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for folder in _hidden():
+        args += ["--perms", "1777" if folder == "/tmp" else "0755", "--tmpfs", folder]
+    args += _python_mounts()
+    args += ["--perms", "0755", "--dir", "/tmp/sandbox", "--bind", str(work), "/tmp/sandbox/work",
+             "--ro-bind", str(RUNNER), "/tmp/sandbox/runner.py"]
+    if package is not None:
+        args += ["--ro-bind", str(package), "/tmp/sandbox/lib"]
+    env = {"HOME": "/tmp/sandbox/work", "JUPYTER_RUNTIME_DIR": "/tmp/sandbox/work/.jupyter-runtime",
+           "IPYTHONDIR": "/tmp/sandbox/work/.ipython", "MPLCONFIGDIR": "/tmp/sandbox/work/.matplotlib",
+           "PYTHONPATH": "/tmp/sandbox/lib", "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE",
+           "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    args += ["--clearenv"]
+    for key, value in env.items():
+        args += ["--setenv", key, value]
+    args += ["--chdir", "/tmp/sandbox/work", "--", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+             "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", *argv]
+    return args
+
+
+def _limit(limits: Limits):
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return apply
+
+
+def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limits()) -> Result:
+    """Run `argv` in the sandbox; `work` becomes the writable /tmp/sandbox/work, owned by the run's user."""
+    uid = run_uid()
+    os.chown(work, uid, uid)
+    for path in work.rglob("*"):
+        os.chown(path, uid, uid, follow_symlinks=False)
+    # Output goes to a file, not a pipe: a flood must not fill the grader's memory (the file is capped
+    # by the file-size limit), and only its tail is kept.
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(command(argv, work, package, uid), stdout=log, stderr=subprocess.STDOUT,
+                                preexec_fn=_limit(limits), start_new_session=True)
+        try:
+            proc.wait(timeout=limits.wall_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            timed_out = True
+        log.seek(max(0, log.seek(0, os.SEEK_END) - 20000))
+        output = log.read().decode(errors="replace")
+    return Result(proc.returncode, output, timed_out)
+
+
+def python(work: Path, package: Path | None, *args: str, limits: Limits = Limits()) -> Result:
+    """Run sandbox_runner.py with `args` in the sandbox."""
+    return run([sys.executable, "/tmp/sandbox/runner.py", *args], work, package, limits)

@@ -1,0 +1,66 @@
+"""Grading a class: 60 chapter-1 submissions with 2 workers, and the hostile-submission table."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from submissions import known_wrong, released, submission, write  # noqa: E402
+
+A = "ch01_qkv_softmax"
+
+
+def _class_run(workspace: Path, workers: int, extra: list[str] = ()) -> tuple[list[dict], float]:
+    start = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "autograde", "class", A, "--workspace", str(workspace),
+                          "--workers", str(workers), "--json", *extra], cwd=REPO, capture_output=True, text=True,
+                         check=True)
+    return json.loads(run.stdout), time.perf_counter() - start
+
+
+def sixty() -> list[str]:
+    wrong = known_wrong(A)
+    with tempfile.TemporaryDirectory(prefix="bench-class-") as tmp:
+        inbox = Path(tmp) / "inbox" / A
+        inbox.mkdir(parents=True)
+        for i in range(60):
+            kind = i % 3
+            nb = (submission(A) if kind == 0 else released(A) if kind == 1
+                  else submission(A, {wrong[i % len(wrong)]["cell"]: wrong[i % len(wrong)]["code"]}))
+            write(nb, inbox / f"student{i:02d}.ipynb")
+        results, seconds = _class_run(Path(tmp), workers=2)
+        _, rerun = _class_run(Path(tmp), workers=2)
+    mean = sum(r["score"] for r in results) / len(results)
+    return [f"class of {len(results)} chapter-1 submissions, 2 workers on 2 cores: {seconds:.0f} s "
+            f"({seconds / len(results):.1f} s per submission), mean score {mean:.1f} / 16; "
+            f"rerun with nothing changed: {rerun:.1f} s"]
+
+
+def hostile_table() -> list[str]:
+    from test_hostile import _hidden_lines, cases
+    hidden = _hidden_lines()
+    with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
+        inbox = Path(tmp) / "inbox" / A
+        inbox.mkdir(parents=True)
+        for name, (content, *_rest) in cases().items():
+            path = inbox / f"{name}.ipynb"
+            path.write_bytes(content) if isinstance(content, bytes) else write(content, path)
+        results, seconds = _class_run(Path(tmp), workers=2, extra=["--cell-timeout", "10", "--submission-timeout", "240"])
+        lines = [f"{'case':24s} {'expected':>8s} {'actual':>6s} {'flagged':>8s}  leaked"]
+        for r in results:
+            expected = cases()[r["student"]][1]
+            text = open(r["feedback"], encoding="utf-8").read()
+            leaked = any(line in text for line in hidden)
+            lines.append(f"{r['student']:24s} {'-' if expected is None else f'{expected:g}':>8s} {r['score']:6g} "
+                         f"{str(r['flagged']):>8s}  {'LEAKED' if leaked else 'no'}")
+    return [f"hostile submissions: {len(results)} graded in {seconds:.0f} s with 2 workers", *lines]
+
+
+def run() -> list[str]:
+    return sixty() + hostile_table()

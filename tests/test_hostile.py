@@ -1,0 +1,254 @@
+"""Hostile and broken submissions (chapter 1), graded as a class through the real CLI, in parallel.
+
+Each case is a submission with the score it must get. The scores must be right whatever the student
+code does before the tests run; nothing may leak, nothing outside its sandbox may change, and no case
+may stop the others from being graded. Max score 16: test_softmax_np 3, test_softmax 3,
+test_softmax_masked 2, test_attention_scores 2, test_sdpa 3, test_sdpa_mask 3.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from submissions import REPO, known_wrong, released, solution_code, submission, write
+
+A = "ch01_qkv_softmax"
+REF = solution_code(A)
+WRONG = {w["name"]: w for w in known_wrong(A)}
+STUBS = {gid: f"#| export attnlab/softmax.py\n" for gid in REF}       # every exercise left empty
+
+
+def after(gid: str, code: str) -> dict[str, str]:
+    """The correct solution of cell `gid`, followed by hostile code."""
+    return {gid: REF[gid] + "\n" + code}
+
+
+def uniform_softmax_np_with(cheat: str) -> dict[str, str]:
+    """A wrong softmax_np (uniform weights: finite, right shape and dtype) behind a cheat."""
+    return {"softmax_np": cheat + "\n#| export attnlab/softmax.py\n"
+            "def softmax_np(x, axis=-1):\n    x = np.asarray(x, dtype=np.result_type(x, np.float64) if np.asarray(x).dtype.kind in 'iub' else np.asarray(x).dtype)\n"
+            "    return (np.ones_like(x) / x.shape[axis]).astype(x.dtype)\n"}
+
+
+PROBE_READS = """
+import os, glob
+for path in [%r, %r, %r, %r, %r]:
+    try:
+        open(path).read(); print("READ", path)
+    except Exception as exc:
+        print("NOT FOUND", path, type(exc).__name__)
+found = [p for root in ("/tmp", "/work", "/root", "/home", "/srv", "/opt") for p in glob.glob(root + "/**/*.*", recursive=True)
+         if p.endswith(("gradebook.db", "ch01_qkv_softmax.ipynb", "softmax.py"))]
+print("FOUND", found[:5])
+try:
+    import attnlab.softmax; print("IMPORTED the reference")
+except ImportError:
+    print("reference not importable")
+"""
+
+WRITES = """
+import os
+for path in [%r, %r, "/etc/hacked", "/usr/lib/hacked", "../../escape.txt"]:
+    try:
+        open(path, "w").write("x"); print("WROTE", path)
+    except Exception as exc:
+        print("REFUSED", path, type(exc).__name__)
+"""
+
+ECHO = """
+_real_softmax_np = softmax_np
+def softmax_np(x, axis=-1):
+    import base64
+    source = get_ipython().user_ns["_ih"][-1]
+    print(source)
+    print(base64.b64encode(source.encode()).decode())
+    return _real_softmax_np(x, axis)
+"""
+
+
+def cases() -> dict[str, tuple]:
+    """name -> (notebook or bytes, expected score, must be flagged, note substring expected in the result)."""
+    other_student = str(REPO / "autograde" / "submitted" / "alice" / A / f"{A}.ipynb")
+    reads = PROBE_READS % (str(REPO / "solutions" / A / f"{A}.ipynb"), str(REPO / "autograde" / "gradebook.db"),
+                           other_student, "/root/.bash_history", str(REPO / "attnlab" / "softmax.py"))
+    writes = WRITES % (str(REPO / "attnlab" / "softmax.py"), str(REPO / "autograde" / "grades.csv"))
+    tamper_meta = submission(A, {WRONG["sdpa_inverted_mask"]["cell"]: WRONG["sdpa_inverted_mask"]["code"]})
+    for cell in tamper_meta.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade_id") == "test_sdpa_mask":
+            meta.update(points=100, locked=False, checksum="0" * 32)
+            cell.source = "pass"
+        if meta.get("grade_id") == "test_sdpa":
+            meta["grade_id"] = "renamed"
+    reordered = submission(A)
+    reordered.cells.reverse()
+    duplicated = submission(A)
+    duplicated.cells += [c for c in duplicated.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    v3 = json.loads(nbformat.writes(released(A)))
+    v3["nbformat"] = 3
+    other_assignment = nbformat.read(REPO / "exercises" / "ch02_multihead" / "ch02_multihead.ipynb", as_version=4)
+    return {
+        "solution": (submission(A), 16, False, None),
+        "untouched": (released(A), 0, False, None),
+        # runaway resources
+        "infinite_loop": (submission(A, after("softmax_np", "while True:\n    pass")), 16, False, None),
+        "memory_bomb": (submission(A, after("softmax", "hog = [bytearray(2**30) for _ in range(64)]")), 16, False, None),
+        "output_flood": (submission(A, after("softmax_np", "for _ in range(10**8):\n    print('x' * 200)")), 16, False, None),
+        "fork_bomb": (submission(A, after("softmax_np",
+                      "import os, time\nfor _ in range(100000):\n    try:\n        pid = os.fork()\n"
+                      "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n        os._exit(0)")),
+                      16, False, None),
+        "background_sleep": (submission(A, after("softmax_np",
+                             "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,)).start()")),
+                             16, False, None),
+        # killing the kernel
+        "sys_exit": (submission(A, after("attention_scores", "import sys\nsys.exit(3)")), 16, False, None),
+        "os_exit": (submission(A, {"attention_scores": "import os\nos._exit(1)"}), 8, False, None),
+        "kill_self": (submission(A, {"attention_scores": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}),
+                      8, False, None),
+        # tampering with test cells
+        "delete_test": (_without(submission(A), "test_softmax_np"), 16, False, "was deleted"),
+        "edit_tests_and_metadata": (tamper_meta, 13, False, "was edited"),
+        "reorder_cells": (reordered, 16, False, None),
+        "duplicate_tests": (duplicated, 16, False, "appears 2 times"),
+        # faking a pass: wrong code behind a cheat must score 0 on that exercise, and be flagged
+        "patch_comparisons": (submission(A, uniform_softmax_np_with(
+            "import numpy, numpy.testing, torch, torch.testing, builtins\n"
+            "numpy.testing.assert_allclose = numpy.testing.assert_array_equal = lambda *a, **k: None\n"
+            "numpy.allclose = torch.allclose = lambda *a, **k: True\n"
+            "torch.testing.assert_close = lambda *a, **k: None")), 13, True, None),
+        "always_equal_tensor": (submission(A, {"attention_scores": REF["attention_scores"].replace(
+            "return q @ k.transpose(-2, -1) / math.sqrt(d_k)",
+            "class Yes(torch.Tensor):\n        def __eq__(self, other):\n            return True\n"
+            "    torch.testing.assert_close = lambda *a, **k: None\n"
+            "    return torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype).as_subclass(Yes)")}),
+                                None, True, None),
+        "input_transformer": (submission(A, {**STUBS, "softmax_np":
+            "get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])"}), 0, True, None),
+        "patched_run_cell": (submission(A, {**STUBS, "softmax_np":
+            "ip = get_ipython()\n_orig = ip.run_cell\nip.run_cell = lambda raw_cell, *a, **k: _orig('pass', *a, **k)"}),
+            0, True, None),
+        "swallow_exceptions": (submission(A, {**STUBS, "softmax_np":
+            "get_ipython().set_custom_exc((BaseException,), lambda shell, etype, evalue, tb, tb_offset=None: None)"}),
+            0, True, None),
+        "settrace_skip_asserts": (submission(A, uniform_softmax_np_with(
+            "import sys\ndef _skip(frame, event, arg):\n    return _skip\nsys.settrace(_skip)")), 13, None, None),
+        # reading what it must not, and echoing hidden tests
+        "read_forbidden_files": (submission(A, after("softmax_np", reads)), 16, False, None),
+        "import_reference": (submission(A, {"softmax_np": "from attnlab.softmax import softmax_np"}), 13, False, None),
+        # its softmax_np needs IPython to run, so it fails the plain-Python re-check: 0 for that exercise, flagged
+        "echo_hidden_tests": (submission(A, after("softmax_np", ECHO)), 13, True, None),
+        # reaching outside
+        "write_outside": (submission(A, after("softmax_np", writes)), 16, False, None),
+        "network": (submission(A, after("softmax_np",
+            "import socket\nfor host in [('1.1.1.1', 80), ('127.0.0.1', 22)]:\n    try:\n"
+            "        socket.create_connection(host, timeout=3); print('CONNECTED', host)\n"
+            "    except OSError as exc:\n        print('BLOCKED', host, type(exc).__name__)")), 16, False, None),
+        # broken files
+        "invalid_json": (b'{"cells": [', 0, False, "not valid notebook JSON"),
+        "nbformat_3": (json.dumps(v3).encode(), 0, False, "nbformat version 3"),
+        "not_utf8": (b'{"cells": [], "nbformat": 4, "x": "\xff\xfe"}', 0, False, "not UTF-8"),
+        "other_assignment": (other_assignment, 0, False, "another assignment"),
+        "empty_file": (b"", 0, False, "empty"),
+    }
+
+
+def _without(nb, grade_id):
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != grade_id]
+    return nb
+
+
+def _hidden_lines() -> set[str]:
+    source = nbformat.read(REPO / "solutions" / A / f"{A}.ipynb", as_version=4)
+    visible = {line.strip() for c in released(A).cells for line in c.source.splitlines()}
+    lines = set()
+    for cell in source.cells:
+        if "### BEGIN HIDDEN TESTS" in cell.source:
+            hidden = cell.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
+            lines |= {line.strip() for line in hidden.splitlines() if len(line.strip()) > 25}
+    return lines - visible
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    workspace = tmp_path_factory.mktemp("class")
+    inbox = workspace / "inbox" / A
+    inbox.mkdir(parents=True)
+    for name, (content, *_rest) in cases().items():
+        path = inbox / f"{name}.ipynb"
+        path.write_bytes(content) if isinstance(content, bytes) else write(content, path)
+    protected = [REPO / "attnlab" / "softmax.py", REPO / "solutions" / A / f"{A}.ipynb"]
+    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected}
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "autograde", "class", A, "--workspace", str(workspace), "--workers", "2",
+                          "--cell-timeout", "10", "--submission-timeout", "240", "--json"],
+                         cwd=REPO, capture_output=True, text=True, timeout=3600)
+    seconds = time.monotonic() - started
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    after_hash = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected}
+    assert before == after_hash, "a submission changed the course's files"
+    results = {r["student"]: r for r in json.loads(run.stdout)}
+    return results, workspace, seconds
+
+
+@pytest.mark.parametrize("name", list(cases()))
+def test_hostile_case_gets_its_expected_score(graded, name):
+    _, expected, flagged, note = cases()[name]
+    result = graded[0][name]
+    cells = {c["cell"]: c for c in result["cells"]}
+    if expected is None:   # only the cheated exercise is constrained: it must earn nothing
+        assert cells["test_attention_scores"]["score"] == 0, result
+    else:
+        assert result["score"] == expected, json.dumps(result, indent=1)[:3000]
+    if flagged is not None:
+        assert result["flagged"] == flagged, json.dumps(result, indent=1)[:3000]
+    if note:
+        assert note in result["error"] + " ".join(result["notes"]), result
+
+
+def test_every_case_was_graded_in_one_class_run(graded):
+    results, workspace, seconds = graded
+    assert set(results) == set(cases())
+    csv_text = (workspace / "grades.csv").read_text()
+    assert all(name in csv_text for name in cases())
+    assert (workspace / "reports" / A / "summary.md").is_file() and (workspace / "reports" / A / "summary.png").is_file()
+    print(f"{len(results)} submissions graded in {seconds:.0f} s")
+
+
+def test_nothing_leaks_into_feedback(graded):
+    hidden = _hidden_lines()
+    assert hidden
+    for name, result in graded[0].items():
+        text = open(result["feedback"], encoding="utf-8").read()
+        leaked = [line for line in hidden if line in text]
+        assert not leaked, f"{name}: feedback shows hidden test lines {leaked[:2]}"
+
+
+def _outputs(workspace, student: str) -> str:
+    path = workspace / ".work" / "runs" / A / student / "autograded" / student / A / f"{A}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    return "\n".join(o.get("text", "") + o.get("ename", "") + o.get("evalue", "")
+                     for c in nb.cells for o in c.get("outputs", []))
+
+
+def test_sandbox_hid_files_blocked_writes_and_network(graded):
+    workspace = graded[1]
+    reads = _outputs(workspace, "read_forbidden_files")
+    assert "READ" not in reads.replace("NOT FOUND", "") and reads.count("NOT FOUND") == 5, reads[:2000]
+    assert "FOUND []" in reads and "reference not importable" in reads
+    writes = _outputs(workspace, "write_outside")
+    # Only the sandbox's private /tmp (thrown away with it) takes ../../escape.txt; nothing reaches the host.
+    assert writes.count("REFUSED") == 4 and "WROTE ../../escape.txt" in writes, writes[:2000]
+    assert not Path("/tmp/escape.txt").exists()
+    network = _outputs(workspace, "network")
+    assert "CONNECTED" not in network and network.count("BLOCKED") == 2, network[:2000]
+    assert "MemoryError" in _outputs(workspace, "memory_bomb")
+    flood = _outputs(workspace, "output_flood")
+    assert 1000 < flood.count("x" * 200) * 200 <= 200_000, "the flood's output must have been capped"
