@@ -6,6 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ASSIGNMENT ?= ch01_qkv_softmax
+WORKERS ?= 2
 PORT ?= 8000
 
 # OpenMP's busy-waiting slows small torch workloads badly on 2 cores shared with other work.
@@ -23,7 +24,7 @@ help:
 	@echo "make lab      JupyterLab on exercises/ (students)"
 	@echo "make export   build your own attnlab from your exercise notebooks into _student/"
 	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors)"
-	@echo "make grade    grade every submission under autograde/submitted/ (ASSIGNMENT=$(ASSIGNMENT))"
+	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
 
 setup: $(STAMP)
@@ -59,7 +60,7 @@ export: $(STAMP)
 	$(PY) -m coursekit.export
 
 grade: $(STAMP)
-	$(PY) -m autograde class $(ASSIGNMENT)
+	$(PY) -m autograde class $(ASSIGNMENT) --workers $(WORKERS)
 
 bench: $(STAMP)
 	$(PY) -m bench

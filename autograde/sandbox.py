@@ -25,10 +25,6 @@ UID_BASE, UID_SPAN = 200_000, 50_000
 RUNNER = Path(__file__).resolve().with_name("sandbox_runner.py")
 
 
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap is missing or cannot create namespaces here."""
-
-
 @dataclass(frozen=True)
 class Limits:
     memory_bytes: int = 6 * 2**30        # address space per process: a memory bomb gets MemoryError
@@ -51,7 +47,7 @@ def available() -> str | None:
     if shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed"
     if os.geteuid() != 0:
-        return "the sandbox switches to the user nobody, which needs root (run grading as root, e.g. in a container)"
+        return "the sandbox switches to an unprivileged user id, which needs root (grade as root, e.g. in a container)"
     probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--dev", "/dev",
                             "--proc", "/proc", "true"], capture_output=True, text=True)
     if probe.returncode != 0:

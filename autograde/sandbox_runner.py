@@ -43,9 +43,9 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
                 return None
             return super().output(outs, msg, display_id, cell_index)
 
-        def execute_cell(self, cell, cell_index, *args, **kwargs):
-            self.running_index = cell_index
-            return super().execute_cell(cell, cell_index, *args, **kwargs)
+        async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
+            self.running_index = cell_index      # the cell to blame if the kernel dies
+            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
 
     original = nbformat.read(notebook_path, as_version=4)
     killers: list[int] = []

@@ -44,8 +44,13 @@ for path in [%r, %r, %r, %r, %r]:
         open(path).read(); print("READ", path)
     except Exception as exc:
         print("NOT FOUND", path, type(exc).__name__)
-found = [p for root in ("/tmp", "/work", "/root", "/home", "/srv", "/opt") for p in glob.glob(root + "/**/*.*", recursive=True)
-         if p.endswith(("gradebook.db", "ch01_qkv_softmax.ipynb", "softmax.py"))]
+found = []
+for root in ("/tmp", "/work", "/root", "/home", "/srv", "/opt"):
+    for folder, subfolders, files in os.walk(root):
+        # the read-only Python environment is mounted in; everything else of the course must be absent
+        subfolders[:] = [d for d in subfolders if d not in (".venv", ".pyenv", "site-packages")]
+        found += [os.path.join(folder, f) for f in files
+                  if f in ("gradebook.db", "ch01_qkv_softmax.ipynb", "grades.csv") or "solutions" in folder]
 print("FOUND", found[:5])
 try:
     import attnlab.softmax; print("IMPORTED the reference")
@@ -111,6 +116,8 @@ def cases() -> dict[str, tuple]:
         # killing the kernel
         "sys_exit": (submission(A, after("attention_scores", "import sys\nsys.exit(3)")), 16, False, None),
         "os_exit": (submission(A, {"attention_scores": "import os\nos._exit(1)"}), 8, False, None),
+        # the killing cell is skipped and the notebook rerun: the later, independent exercises keep their points
+        "os_exit_after_def": (submission(A, after("softmax_np", "import os\nos._exit(1)")), 13, False, None),
         "kill_self": (submission(A, {"attention_scores": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}),
                       8, False, None),
         # tampering with test cells
