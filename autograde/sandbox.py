@@ -1,7 +1,7 @@
 """Run untrusted code in a bubblewrap sandbox.
 
-Inside: the system and the virtual environment read-only; the repository, /root, /tmp and every other
-student hidden; one private, writable work folder; only the earlier chapters' reference modules of
+Inside: the system folders (/usr, /etc, /lib...) and the Python environment read-only, and nothing else of
+the machine (no repository, no home folders, no other student); one private, writable work folder; only the earlier chapters' reference modules of
 attnlab (so the current chapter cannot be imported instead of being written); no network (a fresh
 network namespace with only loopback); its own process tree, killed as a whole when it ends; an
 unprivileged user id of its own; limits on memory, processes, file size and wall-clock time.
@@ -69,13 +69,20 @@ def _python_mounts() -> list[str]:
     return [arg for prefix in prefixes for arg in _ro_mount(prefix)]
 
 
-# Replaced by empty folders: where course files, other students' work and secrets may live.
-HIDDEN = ["/tmp", "/root", "/home", "/var/tmp", "/srv", "/opt", "/mnt", "/media", "/run"]
+# The system folders the sandbox sees, read-only; nothing else of the machine exists inside it (other
+# checkouts of the course, other students, home folders), apart from the Python environment and the
+# run's own folders mounted below.
+SYSTEM = ["/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"]
 
 
-def _hidden() -> list[str]:
-    repo_top = "/" + Path(__file__).resolve().parts[1]        # e.g. /work for /work/main/autograde
-    return [path for path in sorted(set(HIDDEN + [repo_top])) if Path(path).is_dir()]
+def _system_mounts() -> list[str]:
+    args = []
+    for path in SYSTEM:
+        if os.path.islink(path):                      # merged /usr: /bin -> usr/bin
+            args += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            args += ["--ro-bind", path, path]
+    return args
 
 
 def run_uid() -> int:
@@ -86,9 +93,8 @@ def run_uid() -> int:
 def command(argv: list[str], work: Path, package: Path | None, uid: int = NOBODY) -> list[str]:
     """The bwrap command line that runs `argv` (a command inside the sandbox) with `work` at /tmp/sandbox/work."""
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-net",
-            "--unshare-uts", "--unshare-cgroup-try", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for folder in _hidden():
-        args += ["--perms", "1777" if folder == "/tmp" else "0755", "--tmpfs", folder]
+            "--unshare-uts", "--unshare-cgroup-try", *_system_mounts(), "--dev", "/dev", "--proc", "/proc",
+            "--perms", "1777", "--tmpfs", "/tmp"]
     args += _python_mounts()
     args += ["--perms", "0755", "--dir", "/tmp/sandbox", "--bind", str(work), "/tmp/sandbox/work",
              "--ro-bind", str(RUNNER), "/tmp/sandbox/runner.py"]
