@@ -3,6 +3,8 @@ the solution scores full marks, the untouched release scores 0, and each known-w
 loses points exactly in the test cells it names, while the chapter's other exercises keep theirs."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from coursekit.sync import chapter_notebooks
@@ -82,4 +84,5 @@ def test_feedback_shows_no_hidden_test(graded, assignment):
         text = html_lib.unescape(html)
         leaked = [line for line in hidden_lines if line in text]
         assert not leaked, f"{assignment}/{name}: feedback shows hidden test lines {leaked[:2]}"
-        assert "BEGIN HIDDEN" not in text and "cdnjs" not in html
+        assert "BEGIN HIDDEN" not in text
+        assert not re.search(r"<(?:script|link)[^>]+(?:src|href)=[\"'](?:https?:)?//", html), "feedback loads a remote file"
