@@ -3,14 +3,19 @@
 
 Modules:
     attnlab.attention
+    attnlab.causal_lm
+    attnlab.decoder_masks
     attnlab.embeddings
     attnlab.encoder
     attnlab.encoder_layer
     attnlab.feedforward
+    attnlab.generation
+    attnlab.kv_cache
     attnlab.masks
     attnlab.minilm
     attnlab.multihead
     attnlab.norm
     attnlab.pooling
+    attnlab.sampling
     attnlab.softmax
 """

@@ -10,7 +10,8 @@ import pytest
 
 from browser import browser, serve
 
-CHAPTERS = ["book/ch01_qkv_softmax", "book/ch02_multihead", "book/ch03_add_norm_ffn", "book/ch04_encoder"]
+CHAPTERS = ["book/ch01_qkv_softmax", "book/ch02_multihead", "book/ch03_add_norm_ffn", "book/ch04_encoder",
+            "book/ch05_decoding"]
 SCREENSHOTS = Path("_build") / "screenshots"
 
 
