@@ -4,12 +4,14 @@
 Modules:
     attnlab.attention
     attnlab.causal_lm
+    attnlab.decoder_layer
     attnlab.decoder_masks
     attnlab.embeddings
     attnlab.encoder
     attnlab.encoder_layer
     attnlab.feedforward
     attnlab.generation
+    attnlab.gpt2
     attnlab.kv_cache
     attnlab.masks
     attnlab.minilm
@@ -18,4 +20,9 @@ Modules:
     attnlab.pooling
     attnlab.sampling
     attnlab.softmax
+    attnlab.tokenizer
+    attnlab.transformer
+    attnlab.translate
+    attnlab.translator_training
+    attnlab.zh_en
 """
