@@ -50,8 +50,10 @@ def exact_match(model: Transformer, pairs: list[tuple[str, str]], source_vocab: 
 
 
 def train_translator(model: Transformer, pairs: list[tuple[str, str]], source_vocab: Vocab, target_vocab: Vocab,
-                     config: TrainingConfig = TrainingConfig(), progress: bool = True) -> dict:
-    """Teacher-forced training with AdamW, warm-up then linear decay. Returns the loss curve and timings."""
+                     config: TrainingConfig = TrainingConfig(), progress: bool = True,
+                     stop_after: int | None = None) -> dict:
+    """Teacher-forced training with AdamW, warm-up then linear decay. Returns the loss curve and timings.
+    stop_after ends the run early at that step, on the same learning-rate schedule (for quick checks)."""
     from tqdm.auto import tqdm
 
     pairs = list(pairs)
@@ -87,6 +89,9 @@ def train_translator(model: Transformer, pairs: list[tuple[str, str]], source_vo
             if dev_score == 1.0:
                 stop_reason = "dev set translated perfectly"
                 break
+        if stop_after is not None and step + 1 >= stop_after:
+            stop_reason = "stop_after"
+            break
         if time.perf_counter() - start > config.time_limit_s:
             stop_reason = "time limit"
             break

@@ -52,6 +52,11 @@ def nbgrader_config(workspace: Path = DEFAULT_WORKSPACE, source_root: Path = REP
     return c
 
 
+# Inside a sandbox package folder: the release's files other than the notebook (chapter 6's trained
+# checkpoint), copied next to the notebook before it runs, as they sit next to it in a student's folder.
+ASSIGNMENT_FILES = "_files"
+
+
 def grading_config(workspace: Path = DEFAULT_WORKSPACE, cell_timeout_s: int = CELL_TIMEOUT_S,
                    sandbox_package: Path | None = None, use_sandbox: bool = True, wall_s: int = 900) -> Config:
     """nbgrader settings for autograding and feedback, for one submission's private course folder.
@@ -77,6 +82,8 @@ def grading_config(workspace: Path = DEFAULT_WORKSPACE, cell_timeout_s: int = CE
         c.SandboxedExecute.package = str(sandbox_package or "")
         c.SandboxedExecute.scratch = str(Path(workspace) / "sandbox")
         c.SandboxedExecute.wall_s = wall_s
+        if sandbox_package:
+            c.SandboxedExecute.files = str(Path(sandbox_package) / ASSIGNMENT_FILES)
     steps = [execute if step.__name__ == "Execute" else step
              for step in Autograde.class_traits()["autograde_preprocessors"].default()]
     steps.insert(steps.index(execute) + 1, StderrIsNotFailure)

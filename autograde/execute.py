@@ -83,6 +83,7 @@ class SandboxedExecute(Execute):
     package = Unicode("", help="folder holding the reference modules the sandbox may import").tag(config=True)
     scratch = Unicode("", help="private folder for the sandbox's work directory").tag(config=True)
     wall_s = Integer(900, help="seconds the whole notebook may run").tag(config=True)
+    files = Unicode("", help="folder of the release's other files, copied next to the notebook").tag(config=True)
     max_notebook_bytes = Integer(64 * 2**20).tag(config=True)
 
     def preprocess(self, nb, resources, km=None):
@@ -99,6 +100,10 @@ class SandboxedExecute(Execute):
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         nbformat.write(nb, work / "in.ipynb")
+        if self.files and Path(self.files).is_dir():
+            for data in sorted(Path(self.files).iterdir()):
+                if data.is_file():
+                    shutil.copyfile(data, work / data.name)
         run = sandbox.python(work, Path(self.package) if self.package else None, "execute", "in.ipynb",
                              "out.ipynb", str(self.timeout), limits=sandbox.Limits(wall_s=self.wall_s))
         try:

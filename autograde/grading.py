@@ -125,6 +125,11 @@ class Course:
         (self.package / "attnlab" / "__init__.py").write_text('"""attnlab: the earlier chapters only."""\n')
         for module in sorted(modules):
             shutil.copyfile(self.repo / module, self.package / module)
+        from autograde.config import ASSIGNMENT_FILES
+        (self.package / ASSIGNMENT_FILES).mkdir()
+        for data in sorted((self.repo / "exercises" / self.assignment).iterdir()):
+            if data.is_file() and data.suffix != ".ipynb":
+                shutil.copyfile(data, self.package / ASSIGNMENT_FILES / data.name)
 
     def max_score(self) -> float:
         from nbgrader.api import Gradebook

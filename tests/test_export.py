@@ -70,3 +70,40 @@ def test_students_own_encoder_runs_the_minilm_capstone(tmp_path):
     env = {"PYTHONPATH": str(out), "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "PATH": "/usr/bin:/bin"}
     run = subprocess.run([sys.executable, "-P", "-c", CAPSTONE], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0 and "max abs difference" in run.stdout, run.stdout + run.stderr[-3000:]
+
+
+DECODERS = """
+import torch, attnlab.translate, attnlab.decoder_layer, attnlab.kv_cache, attnlab.generation
+from pathlib import Path
+from transformers import GPT2Config, GPT2LMHeadModel
+from attnlab.generation import generate
+from attnlab.gpt2 import load_gpt2
+from attnlab.translate import greedy_translate
+from attnlab.translator_training import load_translator
+for module in (attnlab.translate, attnlab.decoder_layer, attnlab.kv_cache, attnlab.generation):
+    assert "_student" in module.__file__, module.__file__
+model, zh, en = load_translator(Path(CHECKPOINT))
+ids, mask = zh.encode_batch(["我有一只猫", "她养三只猫"])
+print([en.decode(row) for row in greedy_translate(model, ids, mask).tolist()])
+torch.manual_seed(0)
+hf = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=64, n_embd=32, n_layer=2, n_head=4, activation_function="gelu",
+                                bos_token_id=None, eos_token_id=None)).eval()
+prompt = torch.randint(0, 100, (2, 6))
+with torch.no_grad():
+    theirs = hf.generate(prompt, max_new_tokens=20, do_sample=False, use_cache=True, pad_token_id=0)
+print("gpt2 greedy equal:", torch.equal(generate(load_gpt2(hf), prompt, 20).tokens, theirs))
+"""
+
+
+def test_students_own_decoder_translates_and_runs_gpt2(tmp_path):
+    """Every chapter filled in as a student would, exported: chapter 6's translator and chapter 5's cached
+    generation (on GPT-2 weights) run on that package alone."""
+    from coursekit.sync import chapter_notebooks
+    chapters = [nb.parent.name for nb in chapter_notebooks()]
+    assert "ch06_decoder" in chapters
+    out = _export(tmp_path, submission(ASSIGNMENT), [(a, submission(a)) for a in chapters if a != ASSIGNMENT])
+    code = DECODERS.replace("CHECKPOINT", repr(str(REPO / "exercises" / "ch06_decoder" / "translator_zh_en.pt")))
+    env = {"PYTHONPATH": str(out), "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "['i have a cat', 'she keeps three cats']" in run.stdout and "gpt2 greedy equal: True" in run.stdout, run.stdout
