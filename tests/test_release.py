@@ -53,12 +53,17 @@ def test_release_has_no_solution_or_hidden_test(source, repo):
     assert not hidden, f"hidden tests in {release}: {hidden[:3]}"
 
 
-def test_exercises_folder_holds_only_release_notebooks(repo):
+def test_exercises_folder_holds_only_release_notebooks_and_their_data(repo):
     files = [p for p in (repo / "exercises").rglob("*") if p.is_file()]
-    assert files and all(p.suffix == ".ipynb" for p in files), files
-    for path in files:
+    notebooks = [p for p in files if p.suffix == ".ipynb"]
+    assert notebooks
+    for path in notebooks:
         nb = nbformat.read(path, as_version=4)
         assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), f"{path} has outputs"
+    for path in set(files) - set(notebooks):
+        # a data file released with its notebook (chapter 6's checkpoint): the source folder's copy, unchanged
+        source = repo / "solutions" / path.relative_to(repo / "exercises")
+        assert source.is_file() and source.read_bytes() == path.read_bytes(), f"{path} is not a released data file"
 
 
 @pytest.mark.parametrize("source", chapter_notebooks(), ids=lambda p: p.parent.name)
@@ -69,4 +74,6 @@ def test_source_notebooks_have_no_outputs_and_write_no_files(source):
             assert not cell.outputs, f"{source}: outputs must be stripped"
             # %%writefile would leave a module next to the notebook, which nbgrader copies into the release.
             assert not re.match(r"\s*%%writefile", cell.source), f"{source}: use '#| export', not %%writefile"
-    assert [p.name for p in source.parent.iterdir()] == [source.name], "only the notebook in a source folder"
+    others = [p.name for p in source.parent.iterdir() if p != source]
+    # Data files (chapter 6's checkpoint) are released with the notebook; code and other notebooks must not be.
+    assert not [name for name in others if name.endswith((".py", ".ipynb"))], f"{source.parent}: {others}"

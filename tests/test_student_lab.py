@@ -12,17 +12,20 @@ import urllib.request
 import nbformat
 from nbclient import NotebookClient
 
+import pytest
+
 from coursekit.lab import command
+from coursekit.sync import chapter_notebooks
 from submissions import REPO, released, submission
 
 ASSIGNMENT = "ch01_qkv_softmax"
-FOLDER = REPO / "exercises" / ASSIGNMENT
+ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
 
 
-def _run_in_exercise_folder(nb):
+def _run_in_exercise_folder(nb, assignment: str = ASSIGNMENT):
     """Execute like JupyterLab: the notebook's kernelspec, the notebook's folder as working directory."""
     client = NotebookClient(nb, timeout=300, allow_errors=True, kernel_name=nb.metadata.kernelspec.name,
-                            resources={"metadata": {"path": str(FOLDER)}})
+                            resources={"metadata": {"path": str(REPO / "exercises" / assignment)}})
     client.execute()
     return nb
 
@@ -31,8 +34,9 @@ def _outputs(cell):
     return "".join(o.get("text", "") + o.get("evalue", "") for o in cell.get("outputs", []))
 
 
-def test_completed_notebook_passes_every_visible_test():
-    nb = _run_in_exercise_folder(submission(ASSIGNMENT))
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_completed_notebook_passes_every_visible_test(assignment):
+    nb = _run_in_exercise_folder(submission(assignment), assignment)
     tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
     assert tests
     for cell in tests:
@@ -40,8 +44,9 @@ def test_completed_notebook_passes_every_visible_test():
         assert "visible checks passed" in _outputs(cell)
 
 
-def test_untouched_notebook_fails_each_test_with_not_implemented():
-    nb = _run_in_exercise_folder(released(ASSIGNMENT))
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_untouched_notebook_fails_each_test_with_not_implemented(assignment):
+    nb = _run_in_exercise_folder(released(assignment), assignment)
     for cell in nb.cells:
         meta = cell.metadata.get("nbgrader", {})
         errors = [o for o in cell.get("outputs", []) if o.output_type == "error"]
