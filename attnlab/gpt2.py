@@ -9,7 +9,14 @@ from attnlab.causal_lm import CausalLM, CausalLMConfig
 
 # cell 'gpt2'
 def causal_lm_config_from_gpt2(gpt2_config) -> CausalLMConfig:
-    """The CausalLMConfig of a transformers GPT2Config."""
+    """The CausalLMConfig of a transformers GPT2Config; ValueError for options CausalLM does not implement."""
+    unsupported = {"tie_word_embeddings": (False, "an output layer of its own"),
+                   "scale_attn_weights": (False, "unscaled attention scores"),
+                   "scale_attn_by_inverse_layer_idx": (True, "scores scaled by 1/layer"),
+                   "add_cross_attention": (True, "cross-attention")}
+    for option, (value, meaning) in unsupported.items():
+        if getattr(gpt2_config, option, not value) == value:
+            raise ValueError(f"this GPT-2 config sets {option}={value} ({meaning}), which CausalLM does not implement")
     activation = {"gelu": "gelu", "relu": "relu"}.get(gpt2_config.activation_function)
     if activation is None:
         raise ValueError(f"attnlab's FeedForward implements 'gelu' (exact) and 'relu'; this GPT-2 uses "

@@ -12,24 +12,31 @@ def beam_search(model: nn.Module, source_ids: torch.Tensor, beam_size: int = 4, 
     """Translate ONE sentence, source_ids (1, S). Returns the best hypothesis's tokens, without <bos>/<eos>."""
     if source_ids.dim() != 2 or source_ids.shape[0] != 1:
         raise ValueError(f"beam_search translates one sentence: source_ids must be (1, S), got {tuple(source_ids.shape)}")
-    memory = model.encode(source_ids)                                        # (1, S, d_model)
-    beams = [([bos_id], 0.0)]                                                # (tokens, sum of log-probabilities)
+    if beam_size < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+
+    def average(hypothesis: tuple[list[int], float]) -> float:
+        tokens, log_prob = hypothesis
+        return log_prob / (len(tokens) - 1)           # per generated token, so that length is not penalised
+
+    memory = model.encode(source_ids)                                        # (1, S, d_model), once
+    live = [([bos_id], 0.0)]                                                 # (tokens, sum of log-probabilities)
     finished = []
     for _ in range(max_len):
-        target = torch.tensor([tokens for tokens, _ in beams])               # (beams, t)
-        log_probs = model.decode(target, memory.expand(len(beams), -1, -1))[:, -1].log_softmax(-1)
+        target = torch.tensor([tokens for tokens, _ in live], device=source_ids.device)     # (beams, t)
+        log_probs = model.decode(target, memory.expand(len(live), -1, -1))[:, -1].log_softmax(-1)
+        width = min(beam_size, log_probs.shape[-1])
         candidates = [(tokens + [token], score + lp)
-                      for (tokens, score), row in zip(beams, log_probs)
-                      for lp, token in zip(*[x.tolist() for x in row.topk(beam_size)])]
-        candidates.sort(key=lambda c: c[1] / (len(c[0]) - 1), reverse=True)  # length-normalised
-        beams = []
-        for tokens, score in candidates:
-            (finished if tokens[-1] == eos_id else beams).append((tokens, score))
-            if len(beams) == beam_size:
-                break
-        if not beams or len(finished) >= beam_size:
+                      for (tokens, score), row in zip(live, log_probs)
+                      for lp, token in zip(*[x.tolist() for x in row.topk(width)])]
+        candidates.sort(key=average, reverse=True)
+        # The beam keeps beam_size hypotheses in all: a finished one keeps its place, so the live beam shrinks.
+        live = []
+        for hypothesis in candidates[:beam_size - len(finished)]:
+            (finished if hypothesis[0][-1] == eos_id else live).append(hypothesis)
+        if not live:
             break
-    best, _ = max(finished + beams, key=lambda c: c[1] / (len(c[0]) - 1))
+    best, _ = max(finished or live, key=average)
     return [t for t in best[1:] if t != eos_id]
 
 

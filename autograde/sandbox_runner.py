@@ -88,12 +88,18 @@ def probe(code_path: str, inputs_path: str, out_dir: str, cell_timeout_s: str = 
 
     spec = json.load(open(code_path, encoding="utf-8"))
     inputs = load_file(inputs_path)
-    namespace: dict = {"__name__": "__student__"}
+    # The student's cells run as a module of their own, as a kernel runs them in __main__: registered in
+    # sys.modules (dataclasses and pickle look a class's module up there), and compiled with dont_inherit so
+    # that this file's `from __future__ import annotations` does not turn their annotations into strings.
+    import types
+    module = types.ModuleType("__student__")
+    sys.modules["__student__"] = module
+    namespace: dict = module.__dict__
     cell_errors = []
     for index, source in enumerate(spec["cells"]):
         signal.alarm(int(cell_timeout_s))
         try:
-            exec(compile(source, f"<student cell {index}>", "exec"), namespace)
+            exec(compile(source, f"<student cell {index}>", "exec", dont_inherit=True), namespace)
         except BaseException as exc:  # noqa: BLE001 - a student cell may raise anything, SystemExit included
             cell_errors.append(f"cell {index}: {type(exc).__name__}: {exc}"[:300])
         finally:
@@ -105,7 +111,7 @@ def probe(code_path: str, inputs_path: str, out_dir: str, cell_timeout_s: str = 
         scope["inputs"] = {k[len(name) + 1:]: v for k, v in scope["inputs"].items()}
         signal.alarm(int(cell_timeout_s))
         try:
-            exec(compile(code, f"<probe {name}>", "exec"), scope)
+            exec(compile(code, f"<probe {name}>", "exec", dont_inherit=True), scope)
             result = scope["result"]
             tensors = {f"{i}": torch.Tensor.as_subclass(torch.as_tensor(t), torch.Tensor).detach().clone().contiguous()
                        for i, t in enumerate(result if isinstance(result, (tuple, list)) else [result])}

@@ -49,7 +49,8 @@ def _against_gpt2_generate() -> str:
     prompt = torch.randint(0, 1000, (1, 16))
     n = 256
     with torch.no_grad():
-        hf.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)          # warm-up
+        hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8, do_sample=False,
+                    pad_token_id=0)                                                       # warm-up
         generate(ours, prompt, 8)
         rates = {"attnlab": [], "transformers": []}
         for _ in range(3):                                                              # interleaved
@@ -57,7 +58,8 @@ def _against_gpt2_generate() -> str:
             mine = generate(ours, prompt, n)
             rates["attnlab"].append(n / (time.perf_counter() - start))
             start = time.perf_counter()
-            theirs = hf.generate(prompt, max_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)
+            theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, do_sample=False,
+                                 use_cache=True, pad_token_id=0)
             rates["transformers"].append(n / (time.perf_counter() - start))
     a, t = sorted(rates["attnlab"])[1], sorted(rates["transformers"])[1]
     return (f"greedy generation of {n} tokens, GPT-2 config (d_model 256, 4 layers) with the same weights: attnlab "

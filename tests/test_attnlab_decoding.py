@@ -182,6 +182,10 @@ def test_sampled_generation_is_the_same_with_and_without_the_cache():
     (lambda m: KVCache(1, 2, 3, 4).append(torch.zeros(1, 2, 4, 4), torch.zeros(1, 2, 4, 4)), "max_len = 3"),
     (lambda m: KVCache(1, 2, 3, 4).append(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4)), "(B, H, t_new, D)"),
     (lambda m: m.new_caches(1, 100), "max_seq_len"),
+    (lambda m: generate(m, torch.ones(2, 3, dtype=torch.long), 2,
+                        attention_mask=torch.tensor([[1, 1, 1], [1, 1, 0]]).bool()), "left-padded"),
+    (lambda m: KVCache(1, 2, 3, 4).append(torch.zeros(1, 2, 1, 4, dtype=torch.float64),
+                                          torch.zeros(1, 2, 1, 4, dtype=torch.float64)), "dtype"),
     (lambda m: filter_logits(torch.zeros(1, 3), top_p=1.5), "top_p"),
     (lambda m: decoder_self_attention_mask(2, 3, torch.ones(1, 4, dtype=torch.bool)), "(B, past + t_new)"),
 ])

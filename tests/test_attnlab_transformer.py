@@ -150,3 +150,10 @@ def test_gpt2_conv1d_weights_are_transposed_linear_weights():
     c_fc = hf.transformer.h[0].mlp.c_fc
     x = torch.randn(4, 48)
     torch.testing.assert_close(ours.blocks[0].feed_forward.linear1(x), c_fc(x))
+
+
+@pytest.mark.parametrize("option, value", [("tie_word_embeddings", False), ("scale_attn_weights", False),
+                                           ("scale_attn_by_inverse_layer_idx", True), ("add_cross_attention", True)])
+def test_gpt2_options_causal_lm_does_not_implement_are_refused(option, value):
+    with pytest.raises(ValueError, match=option):
+        causal_lm_config_from_gpt2(tiny_gpt2(**{option: value}).config)

@@ -90,7 +90,8 @@ hf = GPT2LMHeadModel(GPT2Config(vocab_size=100, n_positions=64, n_embd=32, n_lay
                                 bos_token_id=None, eos_token_id=None)).eval()
 prompt = torch.randint(0, 100, (2, 6))
 with torch.no_grad():
-    theirs = hf.generate(prompt, max_new_tokens=20, do_sample=False, use_cache=True, pad_token_id=0)
+    theirs = hf.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=20, do_sample=False,
+                         use_cache=True, pad_token_id=0)
 print("gpt2 greedy equal:", torch.equal(generate(load_gpt2(hf), prompt, 20).tokens, theirs))
 """
 

@@ -1,11 +1,16 @@
-"""The re-check probes (autograde/rechecks/), run in-process on trusted code: every probe passes on the reference
-solution, and fails on each known-wrong implementation for the cells it must lose. (The sandboxed run of the
-same probes is exercised by test_grading.py and test_hostile.py.)"""
-import os
+"""The re-check probes (autograde/rechecks/), run by the grader's own runner on trusted code, outside the sandbox:
+every probe passes on the reference solution, and fails on each known-wrong implementation for the cells it must
+lose. (The sandboxed run of the same probes is exercised by test_grading.py and test_hostile.py.)"""
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
 
 from autograde.recheck import student_code_cells
 from autograde.rechecks import compare, probes_for
@@ -15,41 +20,32 @@ from submissions import REPO, known_wrong, submission
 WITH_PROBES = [nb.parent.name for nb in chapter_notebooks() if probes_for(nb.parent.name)]
 
 
-# Probes may switch library functions off (chapter 1); in the sandbox that dies with the process, here it is undone.
-LIBRARY = [(torch, "softmax"), (F, "softmax"), (torch.Tensor, "softmax"), (F, "scaled_dot_product_attention")]
-
-
 def verdicts(assignment: str, replace: dict[str, str] | None = None, seed: int = 0) -> dict[str, str]:
-    namespace = {"__name__": "__student__"}
-    cwd = os.getcwd()
-    os.chdir(REPO / "exercises" / assignment)          # where the notebook runs, next to its data files
-    try:
-        for source in student_code_cells(submission(assignment, replace)):
-            try:
-                exec(compile(source, "<cell>", "exec"), namespace)
-            except Exception:                           # a wrong cell may raise; the probe then fails
-                pass
-        generator = torch.Generator().manual_seed(seed)
+    """The re-check as the grader runs it, minus the sandbox: autograde/sandbox_runner.py in a subprocess."""
+    probes = probes_for(assignment)
+    generator = torch.Generator().manual_seed(seed)
+    inputs = {name: probe.inputs(generator) for name, probe in probes.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for data in (REPO / "exercises" / assignment).iterdir():       # the notebook's data files, as in grading
+            if data.suffix != ".ipynb":
+                shutil.copyfile(data, work / data.name)
+        save_file({f"{name}.{key}": value.contiguous() for name, values in inputs.items()
+                   for key, value in values.items()}, str(work / "inputs.safetensors"))
+        (work / "code.json").write_text(json.dumps({
+            "cells": student_code_cells(submission(assignment, replace)),
+            "probes": {name: probe.code for name, probe in probes.items()}}))
+        run = subprocess.run([sys.executable, str(REPO / "autograde" / "sandbox_runner.py"), "probe", "code.json",
+                              "inputs.safetensors", ".", "60"], cwd=work, capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr
         out = {}
-        for name, probe in probes_for(assignment).items():
-            inputs = probe.inputs(generator)
-            scope = dict(namespace, inputs={k: v.clone() for k, v in inputs.items()})
-            library = [(owner, attr, getattr(owner, attr)) for owner, attr in LIBRARY]
-            try:
-                exec(compile(probe.code, name, "exec"), scope)
-                result = scope["result"]
-                got = {str(i): torch.as_tensor(t).detach()
-                       for i, t in enumerate(result if isinstance(result, (list, tuple)) else [result])}
-            except Exception as exc:
-                out[name] = f"{type(exc).__name__}: {exc}"
-                continue
-            finally:
-                for owner, attr, value in library:
-                    setattr(owner, attr, value)
-            out[name] = compare(probe.reference(inputs), got, probe)
+        for name, probe in probes.items():
+            result = work / f"{name}.safetensors"
+            if not result.is_file():
+                out[name] = "no result: " + json.loads((work / "report.json").read_text())["probes"][name]
+            else:
+                out[name] = compare(probe.reference(inputs[name]), load_file(str(result)), probe)
         return out
-    finally:
-        os.chdir(cwd)
 
 
 def test_chapters_with_probes():

@@ -116,7 +116,7 @@ def test_checkpoint_still_scores_what_it_recorded(trained, splits):
 
 def test_beam_search_of_width_one_is_greedy_and_wider_beams_score_at_least_as_well(trained):
     model, zh_vocab, en_vocab = trained
-    for zh in ["我有一只猫", "她养三只猫", "他们不要一头老大象", "你们没有七匹白马"]:
+    for zh in ["我有一只猫", "她养三只猫", "他们不要一头老大象", "你们没有七匹白马", "我没有三只猫"]:
         ids = torch.tensor([zh_vocab.encode(zh)])
         greedy = greedy_translate(model, ids)[0].tolist()
         assert beam_search(model, ids, beam_size=1) == [t for t in greedy if t != EOS]
@@ -128,6 +128,20 @@ def test_beam_search_of_width_one_is_greedy_and_wider_beams_score_at_least_as_we
             return log_probs[0].gather(1, target[0, 1:, None]).sum().item() / (len(tokens) + 1)
 
         assert score(beam_search(model, ids, beam_size=4)) >= score(beam_search(model, ids, beam_size=1)) - 1e-6
+
+
+def test_beam_search_returns_finished_translations(trained, splits):
+    """A finished hypothesis keeps its place in the beam; the best one must be complete (ends with <eos>)."""
+    import random
+    model, zh_vocab, en_vocab = trained
+    pairs = random.Random(0).sample(splits["compositional_test"], 60) + random.Random(0).sample(splits["random_test"], 60)
+    for zh, en in pairs:
+        ids = torch.tensor([zh_vocab.encode(zh)])
+        greedy = en_vocab.decode(greedy_translate(model, ids)[0].tolist())
+        if greedy == en:        # where greedy is right, a wider beam must not return a truncated sentence
+            assert en_vocab.decode(beam_search(model, ids, beam_size=4)) == en, zh
+    with pytest.raises(ValueError, match="beam_size"):
+        beam_search(model, torch.tensor([zh_vocab.encode("我有一只猫")]), beam_size=0)
 
 
 def test_bad_input_to_decoding(trained):

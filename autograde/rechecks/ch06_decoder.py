@@ -117,7 +117,9 @@ def _course_model(inputs):
 DECODE_CODE = "import torch\nfrom torch import nn\n" + BUILD + '''
 model = _course_model(inputs)
 with torch.no_grad():
-    result = [model(inputs["source"], inputs["target"], inputs["source_mask"], inputs["target_mask"])]
+    # Real target positions only: with right padding the causal mask already hides the padding from them.
+    logits = model(inputs["source"], inputs["target"], inputs["source_mask"], inputs["target_mask"])
+    result = [logits[inputs["target_mask"]]]
 '''
 
 GREEDY_CODE = "import torch\nfrom types import MethodType\nfrom torch import nn\n" + BUILD + '''
@@ -160,7 +162,7 @@ def _grader_model(i: dict[str, torch.Tensor]):
 def _decode_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     model, _ = _grader_model(i)
     with torch.no_grad():
-        return (model(i["source"], i["target"], i["source_mask"], i["target_mask"]),)
+        return (model(i["source"], i["target"], i["source_mask"], i["target_mask"])[i["target_mask"]],)
 
 
 def _greedy_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:

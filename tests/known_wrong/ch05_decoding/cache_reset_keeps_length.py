@@ -28,6 +28,8 @@ class KVCache:
                                  f"{d_head}), got {tuple(x.shape)}")
         if k.shape != v.shape:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        if k.dtype != self.k.dtype or v.dtype != self.v.dtype:
+            raise ValueError(f"k and v must have the cache's dtype {self.k.dtype}, got {k.dtype} and {v.dtype}")
         t_new = k.shape[2]
         if self.length + t_new > self.max_len:
             raise ValueError(f"the cache holds max_len = {self.max_len} positions; {self.length} are filled and "

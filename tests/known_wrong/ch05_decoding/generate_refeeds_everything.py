@@ -5,7 +5,7 @@
 @dataclass
 class Generation:
     tokens: torch.Tensor        # (B, T + n): the prompt, then the n new tokens
-    logits: torch.Tensor        # (B, n, vocab): what each new token was chosen from
+    logits: torch.Tensor        # (B, n, vocab): the logits at each step (a finished row's eos is forced, not chosen)
 
 
 @torch.no_grad()
@@ -27,6 +27,10 @@ def generate(model: CausalLM, prompt_ids: torch.Tensor, max_new_tokens: int,
     if attention_mask.shape != prompt_ids.shape:
         raise ValueError(f"attention_mask must have the prompt's shape {tuple(prompt_ids.shape)}, "
                          f"got {tuple(attention_mask.shape)}")
+    if not attention_mask[:, -1].all():
+        # New tokens are appended in the last column: a right-padded row would continue from its padding.
+        raise ValueError("prompts must be left-padded: every row's last prompt token must be real "
+                         "(attention_mask[:, -1] all True)")
     tokens, mask = prompt_ids, attention_mask.bool()
     caches = model.new_caches(batch_size, t_prompt + max_new_tokens) if use_cache else None
     finished = torch.zeros(batch_size, dtype=torch.bool, device=prompt_ids.device)
