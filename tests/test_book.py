@@ -77,3 +77,12 @@ def test_solutions_are_not_published(site):
     assert not list(site.rglob("*solution*")), "no page or file of solutions/ may be on the website"
     for page in site.rglob("*.html"):
         assert "### BEGIN SOLUTION" not in page.read_text(encoding="utf-8")
+
+
+def test_chapter_6_offers_the_trained_checkpoint_for_download(site, repo):
+    """A reader who downloads the exercise notebook from the website needs the weights its last exercise uses."""
+    page = (site / "book" / "ch06_decoder.html").read_text(encoding="utf-8")
+    links = re.findall(r'href="([^"]*_downloads/[^"]*translator_zh_en\.pt)"', page)
+    assert links, "no download link for translator_zh_en.pt on the chapter 6 page"
+    served = (site / "book" / links[0]).resolve()
+    assert served.read_bytes() == (repo / "exercises" / "ch06_decoder" / "translator_zh_en.pt").read_bytes()
