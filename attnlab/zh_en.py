@@ -2,7 +2,7 @@
 # Edit the source notebook's `#| export` cells, then run `make sync`.
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 # cell 'zh_en'

@@ -8,7 +8,7 @@ from attnlab.tokenizer import BOS, EOS, PAD, UNK, Vocab, split_en, split_zh
 from attnlab.translate import beam_search, greedy_translate
 from attnlab.translator_training import (TrainingConfig, exact_match, load_translator, train_translator,
                                          translator_config)
-from attnlab.transformer import Transformer, TransformerConfig
+from attnlab.transformer import Transformer
 from attnlab.zh_en import HELD_OUT_NUMBER_NOUN, HELD_OUT_SUBJECT_VERB, make_sentences, make_splits
 
 from submissions import REPO
