@@ -15,7 +15,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help setup book serve test lab sync export grade bench train clean
+.PHONY: help system setup book serve test lab sync export grade bench train clean
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
@@ -30,7 +30,11 @@ help:
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt
+# The Debian packages (chromium, bubblewrap, a Chinese font): checked on every run, installed when missing.
+system:
+	@bash coursekit/system_packages.sh
+
+$(STAMP): requirements.txt | system
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	# Make the repository's packages (attnlab, coursekit, autograde) importable from any folder,
