@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 ASSIGNMENT ?= ch01_qkv_softmax
 WORKERS ?= 2
 PORT ?= 8000
+LAB_PORT ?= 8888
 
 # OpenMP's busy-waiting slows small torch workloads badly on 2 cores shared with other work.
 export OMP_WAIT_POLICY := PASSIVE
@@ -21,9 +22,9 @@ help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
 	@echo "make serve    serve the website on http://127.0.0.1:$(PORT)"
 	@echo "make test     run every check (the CI command)"
-	@echo "make lab      JupyterLab on exercises/ (students)"
-	@echo "make export   build your own attnlab from your exercise notebooks into _student/"
-	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors)"
+	@echo "make lab      JupyterLab on work/, your own copy of exercises/ (students; LAB_PORT=$(LAB_PORT))"
+	@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
+	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors; never touches work/)"
 	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
 	@echo "make train    retrain chapter 6's translator checkpoint (about a minute on 2 cores), then sync"
@@ -34,12 +35,16 @@ setup: $(STAMP)
 system:
 	@bash coursekit/system_packages.sh
 
-$(STAMP): requirements.txt | system
+$(STAMP): requirements.txt Makefile | system
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	# Make the repository's packages (attnlab, coursekit, autograde) importable from any folder,
 	# e.g. from a notebook's kernel in exercises/chNN_*/.
 	$(PY) -c 'import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "attnlab-course.pth").write_text("$(CURDIR)\n")'
+	# Every kernel the build, the tests and the lab start talks to its client over loopback TCP, and
+	# ipykernel warns about that at each start (six times a build); only its errors are worth printing.
+	mkdir -p $(VENV)/etc/ipython
+	echo 'c.IPKernelApp.log_level = "ERROR"  # written by `make setup`: see the Makefile' > $(VENV)/etc/ipython/ipython_kernel_config.py
 	touch $@
 
 book: $(STAMP)
@@ -56,7 +61,7 @@ test: $(STAMP)
 	$(PY) -m pytest
 
 lab: $(STAMP)
-	$(PY) -m coursekit.lab
+	$(PY) -m coursekit.lab --port $(LAB_PORT)
 
 sync: $(STAMP)
 	$(PY) -m coursekit.sync

@@ -58,6 +58,7 @@ def prepare(assignment: str, workspace: str) -> None:
     """generate_assignment from solutions/ into a scratch release: it fills the gradebook with the
     assignment's cells (with hidden tests) and checks that the committed exercises/ is what sync writes."""
     from autograde.config import REPO_ROOT, nbgrader_config
+    from coursekit.release import changed_cells, same_release
 
     scratch = Path(workspace) / "release"
     config = nbgrader_config(Path(workspace), release_root=scratch)
@@ -66,9 +67,14 @@ def prepare(assignment: str, workspace: str) -> None:
         raise SystemExit(f"nbgrader could not prepare {assignment}: {result['error'] or result['log']}")
     for fresh in (scratch / "exercises" / assignment).glob("*.ipynb"):
         committed = REPO_ROOT / "exercises" / assignment / fresh.name
-        if not committed.is_file() or committed.read_bytes() != fresh.read_bytes():
-            raise SystemExit(f"exercises/{assignment}/{fresh.name} is out of date with solutions/: "
-                             "run `make sync` before grading")
+        if not committed.is_file():
+            raise SystemExit(f"exercises/{assignment}/{fresh.name} is missing: run `make sync` before grading")
+        # Opened and saved in Jupyter is fine; changed cells are not (the release rebuilds every submission).
+        if not same_release(committed.read_bytes(), fresh.read_bytes()):
+            cells = ", ".join(changed_cells(committed.read_bytes(), fresh.read_bytes()))
+            raise SystemExit(f"exercises/{assignment}/{fresh.name} differs from what solutions/ generates "
+                             f"(cells: {cells}): run `make sync` before grading (it first copies edited "
+                             "notebooks into work/, so nobody's answers are lost)")
 
 
 def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_sandbox: str, package: str,

@@ -1,9 +1,9 @@
 """Build a student's own attnlab from their exercise notebooks.
 
-    python -m coursekit.export [--exercises exercises] [--out _student]
+    python -m coursekit.export [--exercises work] [--out _student]
 
-Every `#| export` cell of exercises/chNN_*/*.ipynb is written into OUT/attnlab/, exactly as the
-student left it. Exercises not yet written raise NotImplementedError naming the chapter and the
+Every `#| export` cell of work/chNN_*/*.ipynb (the learner's own copy of the exercises, made by
+`make lab` or here on first use) is written into OUT/attnlab/, exactly as the student left it. Exercises not yet written raise NotImplementedError naming the chapter and the
 cell. Run code on the student's package by putting OUT first on the import path:
 
     PYTHONPATH=_student python -P your_script.py
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from coursekit.exporting import PACKAGE, ExportError, assemble_modules, read_export_cells, student_code
 from coursekit.sync import ROOT, package_init
+from coursekit.workspace import WORK, ensure_work
 
 
 def student_package(exercises: Path, root: Path = ROOT) -> dict[str, str]:
@@ -41,9 +42,13 @@ def student_package(exercises: Path, root: Path = ROOT) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--exercises", type=Path, default=ROOT / "exercises")
+    parser.add_argument("--exercises", type=Path, default=None,
+                        help="the folder of completed notebooks (default: work/, made from exercises/ if missing)")
     parser.add_argument("--out", type=Path, default=ROOT / "_student")
     args = parser.parse_args(argv)
+    if args.exercises is None:
+        ensure_work(ROOT)
+        args.exercises = ROOT / WORK
     exercises = args.exercises.resolve()
     try:
         modules = student_package(exercises, root=exercises.parent)

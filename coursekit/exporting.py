@@ -41,10 +41,14 @@ def read_export_cells(path: Path, root: Path) -> list[ExportCell]:
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
-        first, _, rest = cell.source.partition("\n")
-        match = EXPORT_MARKER.match(first.strip())
+        # The marker is the first line, but a learner may type a comment or a blank line above it.
+        lines = cell.source.splitlines()
+        head = next((i for i, line in enumerate(lines) if line.strip() and not line.lstrip().startswith("#")
+                     or EXPORT_MARKER.match(line.strip())), len(lines))
+        match = EXPORT_MARKER.match(lines[head].strip()) if head < len(lines) else None
         if not match:
             continue
+        rest = "\n".join(lines[:head] + lines[head + 1:])
         targets = tuple(match["targets"].split())
         for target in targets:
             if not re.fullmatch(rf"{PACKAGE}/[a-z_][a-z0-9_]*(/[a-z_][a-z0-9_]*)*\.py", target):

@@ -16,6 +16,7 @@ import pytest
 
 from coursekit.lab import command
 from coursekit.sync import chapter_notebooks
+from coursekit.workspace import ensure_work
 from submissions import REPO, released, submission
 
 ASSIGNMENT = "ch01_qkv_softmax"
@@ -56,11 +57,13 @@ def test_untouched_notebook_fails_each_test_with_not_implemented(assignment):
             assert not errors, f"read-only cell {meta['grade_id']} must run cleanly: {_outputs(cell)}"
 
 
-def test_jupyterlab_serves_exercises_with_student_tools_only():
+def test_jupyterlab_serves_the_exercises_with_student_tools_only(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    args, env = command([f"--port={port}", "--IdentityProvider.token=course-test", "--ServerApp.open_browser=False"])
+    ensure_work(REPO, tmp_path / "work", log=lambda _: None)
+    args, env = command([f"--port={port}", "--IdentityProvider.token=course-test", "--ServerApp.open_browser=False"],
+                        root_dir=tmp_path / "work")
     server = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base, auth = f"http://127.0.0.1:{port}", {"Authorization": "token course-test"}
 

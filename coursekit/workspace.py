@@ -1,0 +1,70 @@
+"""A learner's own copy of the exercises: work/, made on first use and never regenerated.
+
+exercises/ is generated: `make sync` rewrites it from solutions/. A learner who typed their answers
+there could lose them, so learners work in work/ instead. `make lab` serves it and `make export` reads it.
+A chapter released after the copy was made is added on the next `make lab`; a notebook already in
+work/ is never replaced, even when its release has changed since (the learner is told where the new one is).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+from coursekit.release import read_view
+
+WORK = "work"
+# Which release each copy in work/ was made from, so a changed release can be pointed out.
+RECORD = ".releases.json"
+
+
+def _fingerprint(path: Path) -> str:
+    view = read_view(path) if path.suffix == ".ipynb" else None
+    text = json.dumps(view, sort_keys=True) if view is not None else path.read_bytes().hex()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def ensure_work(root: Path, work: Path | None = None, log=print) -> list[Path]:
+    """Copy into work/ every release file it lacks; never overwrite one. Returns the files copied."""
+    exercises = Path(root) / "exercises"
+    work = Path(work) if work is not None else Path(root) / WORK
+    record_path = work / RECORD
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    copied = []
+    for source in sorted(exercises.rglob("*")):
+        if not source.is_file() or ".ipynb_checkpoints" in source.parts:
+            continue
+        rel = str(source.relative_to(exercises))
+        target = work / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+            record[rel] = _fingerprint(source)
+            copied.append(target)
+        elif rel in record and record[rel] != _fingerprint(source):
+            log(f"note: exercises/{rel} has changed since your copy in {WORK}/ was made. "
+                f"Your {WORK}/{rel} is kept as it is; to start from the new release, "
+                f"rename yours and run `make lab` again.")
+    if copied:
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        record_path.write_text(json.dumps(record, indent=1, sort_keys=True))
+        log(f"Copied {len(copied)} release file(s) from exercises/ into {work}/ (your own copy: "
+            "`make sync` never touches it).")
+    return copied
+
+
+def rescue(path: Path, root: Path, log=print) -> Path:
+    """Keep a copy of exercises/<rel> in work/ before `make sync` replaces or removes it."""
+    rel = Path(path).relative_to(Path(root) / "exercises")
+    target = Path(root) / WORK / rel
+    if target.exists():
+        stamp = 1
+        while (candidate := target.with_name(f"{target.stem}.from-exercises-{stamp}{target.suffix}")).exists():
+            stamp += 1
+        target = candidate
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(path, target)
+    log(f"kept your edits: exercises/{rel} held changes that `make sync` did not write; "
+        f"they are saved in {target.relative_to(root)} before the release is regenerated")
+    return target
