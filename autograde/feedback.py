@@ -12,6 +12,8 @@ from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode
 from traitlets import Bool
 
+from autograde.messages import cell_label, failure_message
+
 # MathJax 3 as shipped by the sphinx-mathjax-offline package (installed from requirements.txt).
 MATHJAX_SVG = Path(sysconfig.get_paths()["purelib"]) / "sphinx-mathjax-offline" / "static" / "mathjax" / "tex-svg.js"
 
@@ -31,16 +33,16 @@ def mathjax_source(_unused: str = "") -> str:
 
 
 class GraderWrittenOutputs(Preprocessor):
-    """Replace every code cell's outputs by a line the grader writes.
+    """Replace every code cell's outputs by a line the grader writes, and name each graded cell.
 
     Outputs are text the submission controls, and the hidden tests ran in its kernel, where IPython keeps
-    the source of every cell: an output could quote (or encode) the hidden tests. So the feedback shows,
-    for a test cell, "passed" or the error type with the first line of its message (at most 200
-    characters; withheld when the failure is inside the hidden tests), and nothing for other cells.
+    the source of every cell: an output could quote (or encode) the hidden tests. So the feedback shows, for
+    a test cell, "passed" or the message autograde.messages.failure_message builds (the instructor's message
+    of the failing assert, in full), and nothing for other cells. Each test cell also gets the name the
+    summary at the top of the page lists (its docstring's first line).
     """
 
     enabled = Bool(True)
-    max_message = 200
 
     def preprocess_cell(self, cell, resources, index):
         if cell.cell_type != "code":
@@ -50,31 +52,11 @@ class GraderWrittenOutputs(Preprocessor):
         if not meta.get("grade"):
             cell.outputs = []
             return cell, resources
-        if not errors:
-            text = "passed\n"
-        else:
-            error = errors[0]
-            ename = str(error.get("ename", "Error"))[:80]
-            if self._failed_in_hidden_part(cell, error):
-                text = (f"failed in the hidden tests: {ename}. They check harder cases than the visible ones: "
-                        "other shapes, batch dimensions, dtypes, masks and extreme values.\n")
-            else:
-                first = (str(error.get("evalue", "")).strip().splitlines() or [""])[0][: self.max_message]
-                text = f"failed: {ename}: {first}\n"
+        text = "passed\n" if not errors else failure_message(cell.source, errors[0]) + "\n"
+        cell.metadata["feedback"] = {"label": cell_label(cell.source, meta.get("grade_id", "")),
+                                     "passed": not errors}
         cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=text)]
         return cell, resources
-
-    @staticmethod
-    def _failed_in_hidden_part(cell, error) -> bool:
-        """True when the test cell's own frame of the traceback is at or after the hidden-test marker."""
-        lines = cell.source.splitlines()
-        marker = next((i + 1 for i, line in enumerate(lines) if "### BEGIN HIDDEN TESTS" in line), None)
-        if marker is None:
-            return False
-        plain = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(error.get("traceback", [])))
-        frames = re.findall(r"Cell In\[\d+\], line (\d+)", plain)
-        # Unknown location: treat as hidden, so no student-controlled message is shown.
-        return not frames or int(frames[0]) >= marker
 
 
 class RedactHiddenEcho(Preprocessor):

@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 
 from autograde.config import CELL_TIMEOUT_S, DEFAULT_WORKSPACE, REPO_ROOT
+from autograde.messages import failure_message
 from autograde.submission import SubmissionError, read_submission, rebuild
 
 SUBMISSION_TIMEOUT_S = 900
@@ -28,7 +29,7 @@ class CellResult:
     cell: str
     score: float
     max_score: float
-    error: str = ""          # the first error the test cell raised, "ename: evalue"
+    error: str = ""          # the first error the test cell raised, as the feedback states it (messages.py)
     flagged: str = ""        # why the out-of-process re-check overruled the kernel, if it did
 
 
@@ -207,8 +208,8 @@ def _read_result(course: Course, student: str, notes: list[str]) -> Result:
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error" and gid not in errors:
-                evalue = str(output.get("evalue", "")).strip().splitlines()
-                errors[gid] = f"{output.get('ename', 'Error')}: {evalue[0] if evalue else ''}".strip()
+                # the same message the student's feedback shows
+                errors[gid] = failure_message(cell.source, output)
     recheck = json.loads((private / "recheck.json").read_text())
     flagged = recheck.get("flagged", {})
     with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as gb:

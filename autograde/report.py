@@ -46,7 +46,9 @@ def write_summary(results, folder: Path) -> Path:
             entry = cells.setdefault(c.cell, {"max": c.max_score, "scores": [], "failures": collections.Counter()})
             entry["scores"].append(c.score)
             if c.score < c.max_score:
-                entry["failures"][(c.flagged and "flagged: " + c.flagged) or c.error or "(no message)"] += 1
+                # a message's first line names the failed property; the rest (numbers) would split the table
+                first = (c.error.splitlines() or [""])[0]
+                entry["failures"][(c.flagged and "flagged: " + c.flagged) or first or "(no message)"] += 1
     ungraded = sum(1 for r in results if r.error)
     rows = []
     for name, e in cells.items():

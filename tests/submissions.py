@@ -41,10 +41,11 @@ def known_wrong(assignment: str) -> list[dict]:
     found = []
     for path in sorted((KNOWN_WRONG / assignment).glob("*.py")):
         text = path.read_text()
-        header = dict(re.findall(r"^# (cell|loses|why): (.*)$", text, flags=re.M))
-        body = "\n".join(line for line in text.splitlines() if not re.match(r"^# (cell|loses|why|     )", line))
+        header = dict(re.findall(r"^# (cell|loses|why|says): (.*)$", text, flags=re.M))
+        body = "\n".join(line for line in text.splitlines() if not re.match(r"^# (cell|loses|why|says|     )", line))
+        # says: text the feedback of the first cell in `loses` must show (the mistake named for the student)
         found.append({"name": path.stem, "cell": header["cell"], "loses": header["loses"].split(),
-                      "why": header["why"], "code": body.strip() + "\n"})
+                      "why": header["why"], "says": header.get("says", ""), "code": body.strip() + "\n"})
     return found
 
 

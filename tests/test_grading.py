@@ -86,3 +86,32 @@ def test_feedback_shows_no_hidden_test(graded, assignment):
         assert not leaked, f"{assignment}/{name}: feedback shows hidden test lines {leaked[:2]}"
         assert "BEGIN HIDDEN" not in text
         assert not re.search(r"<(?:script|link)[^>]+(?:src|href)=[\"'](?:https?:)?//", html), "feedback loads a remote file"
+
+
+@pytest.mark.parametrize("assignment,wrong", [(a, w) for a in ASSIGNMENTS for w in known_wrong(a) if w["says"]],
+                         ids=[f"{a}/{w['name']}" for a in ASSIGNMENTS for w in known_wrong(a) if w["says"]])
+def test_feedback_names_the_mistake(graded, assignment, wrong):
+    """The student's feedback and the instructor's results state the failed assert's message in full."""
+    import html as html_lib
+    result = graded(assignment)[f"wrong_{wrong['name']}"]
+    message = cells(result)[wrong["loses"][0]]["error"]
+    assert wrong["says"] in message, f"{wrong['name']}: the results say {message!r}, not {wrong['says']!r}"
+    page = html_lib.unescape(open(result["feedback"], encoding="utf-8").read())
+    assert message.splitlines()[0] in page, f"{wrong['name']}: the feedback page does not show {message!r}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_feedback_summary_names_each_graded_cell(graded, assignment):
+    import html as html_lib
+
+    from autograde.messages import cell_label
+    tests = {c.metadata["nbgrader"]["grade_id"]: cell_label(c.source, c.metadata["nbgrader"]["grade_id"])
+             for c in released(assignment).cells if c.metadata.get("nbgrader", {}).get("grade")}
+    assert tests
+    for name in ("solution", "untouched"):
+        page = html_lib.unescape(open(graded(assignment)[name]["feedback"], encoding="utf-8").read())
+        summary = page.split('<header class="feedback-summary"', 1)[1].split("</header>", 1)[0]
+        for grade_id, label in tests.items():
+            assert grade_id in summary and label in summary, f"{name}: the summary does not name {grade_id} ({label})"
+        status = ">passed</span>" if name == "solution" else ">failed</span>"
+        assert summary.count(status) == len(tests), summary[:2000]

@@ -1,6 +1,7 @@
 # cell: softmax_np
 # loses: test_softmax_np
 # why: always normalises the last axis; only the hidden tests pass another axis
+# says: axis=
 #| export attnlab/softmax.py
 def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
     row_max = np.max(x, axis=-1, keepdims=True)
