@@ -12,6 +12,7 @@ from browser import browser, serve
 
 CHAPTERS = ["book/ch01_qkv_softmax", "book/ch02_multihead", "book/ch03_add_norm_ffn", "book/ch04_encoder",
             "book/ch05_decoding", "book/ch06_decoder"]
+EXERCISE_PAGES = [f"exercises/{Path(c).name}/{Path(c).name}" for c in CHAPTERS]
 SCREENSHOTS = Path("_build") / "screenshots"
 
 
@@ -86,3 +87,40 @@ def test_chapter_6_offers_the_trained_checkpoint_for_download(site, repo):
     assert links, "no download link for translator_zh_en.pt on the chapter 6 page"
     served = (site / "book" / links[0]).resolve()
     assert served.read_bytes() == (repo / "exercises" / "ch06_decoder" / "translator_zh_en.pt").read_bytes()
+
+
+LAYOUT = """() => {
+  const article = document.querySelector('article.bd-article');
+  const edge = article.getBoundingClientRect().right;
+  const boxes = [...document.querySelectorAll('mjx-container[display="true"]')].map(e => ['equation', e])
+    .concat([...document.querySelectorAll('div.cell_output pre, div.cell_input pre')].map(e => ['code', e]));
+  return boxes.map(([kind, e]) => ({kind, text: (e.textContent || '').slice(0, 60), right: e.getBoundingClientRect().right,
+    edge, width: e.scrollWidth, visible: e.clientWidth, scrolls: ['auto', 'scroll'].includes(getComputedStyle(e).overflowX)}));
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_no_equation_or_output_is_clipped(site, repo, width):
+    """At a laptop's and a tablet's width: every displayed equation fits its column, and code or output wider
+    than the column scrolls inside its own box (never cut off at the page's edge)."""
+    shots = repo / SCREENSHOTS
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = []
+    with serve(site) as base, browser() as b:
+        b.page.set_viewport_size({"width": width, "height": 900})
+        for chapter in CHAPTERS + EXERCISE_PAGES:
+            b.page.goto(f"{base}/{chapter}.html", wait_until="load")
+            b.wait_for_math(minimum=1)
+            boxes = b.page.evaluate(LAYOUT)
+            assert any(box["kind"] == "equation" for box in boxes) or chapter in EXERCISE_PAGES, chapter
+            for box in boxes:
+                where = f"{chapter} at {width} px, {box['kind']} {box['text']!r}"
+                if box["right"] > box["edge"] + 1:
+                    problems.append(f"{where}: runs past the text column")
+                if box["width"] > box["visible"] + 1:
+                    if box["kind"] == "equation":
+                        problems.append(f"{where}: {box['width']} px wide in a {box['visible']} px column")
+                    elif not box["scrolls"]:
+                        problems.append(f"{where}: wider than its box and cut off")
+            b.page.screenshot(path=str(shots / f"{chapter.replace('/', '-')}-{width}px.png"), full_page=True)
+    assert not problems, "\n".join(problems)
