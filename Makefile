@@ -16,7 +16,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve test lab sync export grade bench train clean
+.PHONY: help system setup book serve test lab sync export grade bench train clean student-release
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
@@ -27,6 +27,7 @@ help:
 	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors; never touches work/)"
 	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
+	@echo "make student-release UPTO=ch03   a copy for a graded class: chapters before UPTO, no answers"
 	@echo "make train    retrain chapter 6's translator checkpoint (about a minute on 2 cores), then sync"
 
 setup: $(STAMP)
@@ -81,5 +82,10 @@ train: $(STAMP)
 	$(PY) -m attnlab.translator_training --out $(TRANSLATOR)
 	$(MAKE) sync
 
+UPTO ?=
+student-release: $(STAMP)
+	@test -n "$(UPTO)" || { echo "name the first chapter not yet graded: make student-release UPTO=ch03"; exit 2; }
+	$(PY) -m coursekit.student_release $(UPTO)
+
 clean:
-	rm -rf _build _student .pytest_cache
+	rm -rf _build _student _release .pytest_cache

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from autograde import sandbox
 from autograde.config import CELL_TIMEOUT_S, DEFAULT_WORKSPACE
-from autograde.grading import SUBMISSION_TIMEOUT_S, Course, Result, UsageError, grade, student_id_for
+from autograde.grading import Course, Result, UsageError, grade, student_id_for
 from autograde.report import read_roster, write_grades_csv, write_summary
 
 
@@ -40,8 +40,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="folder for inbox/, submitted/, feedback/, results/ ... (default: autograde/)")
     common.add_argument("--cell-timeout", type=int, default=CELL_TIMEOUT_S,
                         help=f"seconds one cell may run (default {CELL_TIMEOUT_S})")
-    common.add_argument("--submission-timeout", type=int, default=SUBMISSION_TIMEOUT_S,
-                        help=f"seconds one whole submission may take (default {SUBMISSION_TIMEOUT_S})")
+    common.add_argument("--submission-timeout", type=int, default=None,
+                        help="seconds the notebook of one submission may run in all (default: 4 cell "
+                             "timeouts + 120 s; the re-check has a budget of its own)")
     common.add_argument("--workers", type=int, default=1, help="submissions graded at once (default 1)")
     common.add_argument("--no-sandbox", action="store_true",
                         help="run student code without the sandbox (only for trusted code: a student could "

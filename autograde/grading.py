@@ -21,7 +21,21 @@ from autograde.config import CELL_TIMEOUT_S, DEFAULT_WORKSPACE, REPO_ROOT
 from autograde.messages import failure_message
 from autograde.submission import SubmissionError, read_submission, rebuild
 
-SUBMISSION_TIMEOUT_S = 900
+# The notebook's run may take this many cell timeouts in all (plus start-up): a few slow cells are graded,
+# and nothing holds a worker for one timeout per cell. The re-check has its own, similar budget (recheck.py).
+NOTEBOOK_TIMEOUTS = 4
+START_UP_S = 120
+
+
+def submission_timeout(cell_timeout_s: int) -> int:
+    """Seconds the notebook's whole run may take, by default."""
+    return NOTEBOOK_TIMEOUTS * cell_timeout_s + START_UP_S
+
+
+def grading_budget(cell_timeout_s: int, submission_timeout_s: int) -> int:
+    """Seconds the grading child may take in all: the notebook, every re-check run, the feedback."""
+    from autograde.recheck import MAX_RUNS, recheck_wall_s
+    return submission_timeout_s + MAX_RUNS * recheck_wall_s(cell_timeout_s, interrupted=3) + START_UP_S
 
 
 @dataclass
@@ -148,10 +162,12 @@ class Course:
 
 
 def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_TIMEOUT_S,
-          submission_timeout_s: int = SUBMISSION_TIMEOUT_S, use_sandbox: bool = True,
+          submission_timeout_s: int | None = None, use_sandbox: bool = True,
           only_if_changed: bool = False) -> Result:
     """Grade `file` as `student`'s submission of course.assignment; never raises for a bad submission.
     With only_if_changed, a submission whose bytes were already graded keeps its stored result."""
+    if submission_timeout_s is None:
+        submission_timeout_s = submission_timeout(cell_timeout_s)
     raw = Path(file).read_bytes() if Path(file).is_file() else b""
     digest = hashlib.sha256(raw).hexdigest()
     if only_if_changed:
@@ -185,7 +201,7 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
     try:
         run_in_child(["grade", course.assignment, str(private), student, str(cell_timeout_s),
                       "1" if use_sandbox else "0", str(course.package), str(submission_timeout_s)],
-                     timeout=submission_timeout_s + 120)
+                     timeout=grading_budget(cell_timeout_s, submission_timeout_s))
     except ChildFailed as exc:
         result = _ungradable(course, student, max_score, f"grading failed: {exc}", rebuilt.notes)
         return _finish(course, result, digest, use_sandbox)

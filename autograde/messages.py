@@ -23,6 +23,19 @@ MESSAGE_KEYWORDS = {"assert_close": "msg", "assert_allclose": "err_msg", "assert
 MAX_FIELD = {"hidden": 80, "visible": 400}   # characters an f-string field of a message may take when shown
 MAX_DETAIL_LINES = 12   # lines of a visible comparison's details (mismatched elements, largest difference)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Errors the grader puts in place of a cell's outputs (autograde/sandbox_runner.py, execute.py): each is told
+# in the grader's own words, since the text of an output could have been written by the submission.
+GRADER_ERRORS = {
+    "CellTimeout": "this cell ran past the time limit for one cell and was interrupted; the notebook went on "
+                   "without it. Look for a loop that does not end, or work far larger than the exercise needs.",
+    "CellStopped": "this cell ran past the time limit for one cell and ignored the interrupt (it caught "
+                   "KeyboardInterrupt, or sat in C code), so it was stopped; the notebook was graded without it.",
+    "KernelDied": "the kernel died while this cell ran (os._exit, a crash, or running out of memory); the "
+                  "notebook was graded without it.",
+    "NotRun": "this cell was not run: the notebook ran past the time limit for a whole submission before it "
+              "reached this cell.",
+    "GradingError": "this cell could not be graded: the notebook's run produced no readable result.",
+}
 
 
 def hidden_part(source: str) -> str:
@@ -122,6 +135,8 @@ def matched_message(source: str, part: str, evalue: str) -> str | None:
 def failure_message(source: str, error: dict) -> str:
     """What the student and the instructor are told about the first error of a test cell."""
     failure = _failure(error)
+    if failure.ename in GRADER_ERRORS:
+        return f"{failure.ename}: {GRADER_ERRORS[failure.ename]}"
     if not failed_in_hidden_part(source, error):
         matched = matched_message(source, "visible", failure.evalue)
         if matched:

@@ -18,45 +18,104 @@ from autograde.untrusted import UntrustedFileError, read_bytes
 MAGIC = re.compile(r"^\s*[%!]")
 
 
-def student_code_cells(notebook: nbformat.NotebookNode) -> list[str]:
-    """Every code cell that is not a test, in order: the student's solutions, the given cells, added cells.
+# Cells the notebook run replaced by an error, so the re-check leaves them out too (the sandbox runner's
+# names, and SandboxedExecute's NotRun for cells the notebook never reached).
+SKIPPED_IN_NOTEBOOK = ("KernelDied", "CellStopped", "NotRun")
+INTERRUPTED_IN_NOTEBOOK = "CellTimeout"
+MAX_RUNS = 3            # a re-check rerun without each step that ran past its limit, at most this often
+BASE_WALL_S = 60        # the runner's start-up and the probes, beyond the student's slow cells
 
-    The re-check mirrors the notebook run: a cell that killed the kernel there is skipped here too.
-    IPython-only lines (%magic, !shell) are dropped: the re-check runs plain Python.
+
+def recheck_wall_s(cell_timeout_s: int, interrupted: int) -> int:
+    """Seconds one re-check run may take: cells interrupted in the notebook take their whole timeout here
+    again (at most three are counted); nothing else should be slow."""
+    return BASE_WALL_S + cell_timeout_s * (2 + min(interrupted, 3))
+
+
+def _error_names(cell) -> set[str]:
+    return {str(o.get("ename")) for o in cell.get("outputs", []) if o.get("output_type") == "error"}
+
+
+def student_cells(notebook: nbformat.NotebookNode) -> list[tuple[int, str, set[str]]]:
+    """(notebook index, code, error names in the notebook run) of every code cell that is not a test.
+
+    IPython-only lines (%magic, !shell) are dropped: the re-check runs plain Python. A cell that killed the
+    kernel, or had to be stopped, was replaced in the notebook run, so it is left out here too.
     """
     cells = []
-    for cell in notebook.cells:
+    for index, cell in enumerate(notebook.cells):
         if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade"):
             continue
-        died = any(o.get("ename") in ("KernelDied", "NotRun") for o in cell.get("outputs", []))
-        cells.append("" if died else "\n".join(line for line in cell.source.splitlines() if not MAGIC.match(line)))
+        errors = _error_names(cell)
+        code = "" if errors & set(SKIPPED_IN_NOTEBOOK) else \
+            "\n".join(line for line in cell.source.splitlines() if not MAGIC.match(line))
+        cells.append((index, code, errors))
     return cells
 
 
+def student_code_cells(notebook: nbformat.NotebookNode) -> list[str]:
+    """Every code cell that is not a test, in order, as the re-check runs it."""
+    return [code for _, code, _ in student_cells(notebook)]
+
+
 def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, package: Path | None,
-            cell_timeout_s: int = 60, wall_s: float = 300) -> dict[str, str]:
-    """{test cell: '' if the student's code gives the reference's outputs on fresh inputs, else why not}."""
+            cell_timeout_s: int = 60) -> dict[str, str]:
+    """{test cell: '' if the student's code gives the reference's outputs on fresh inputs, else why not}.
+
+    Each step (a student cell, a probe) is interrupted at the cell timeout, as in the notebook. A step that
+    ignores the interrupt is stopped by the runner's watchdog, and the re-check runs again without it: a
+    student's own slow cell costs its time, never a flag, unless the functions the probes call are missing
+    without it. A probe whose function runs past the limit on the re-check's inputs fails.
+    """
     probes = probes_for(assignment)
     if not probes:
         return {}
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
     # A fresh secret seed: the inputs cannot be known, or their answers prepared, in advance.
     generator = torch.Generator().manual_seed(secrets.randbits(63))
     inputs = {name: probe.inputs(generator) for name, probe in probes.items()}
-    save_file({f"{name}.{key}": value.contiguous() for name, values in inputs.items() for key, value in values.items()},
-              str(work / "inputs.safetensors"))
-    (work / "code.json").write_text(json.dumps({"cells": student_code_cells(notebook),
-                                                 "probes": {name: p.code for name, p in probes.items()}}))
-    run = sandbox.python(work, package, "probe", "code.json", "inputs.safetensors", ".", str(cell_timeout_s),
-                         limits=sandbox.Limits(wall_s=wall_s))
+    cells = student_cells(notebook)
+    interrupted = sum(1 for _, _, errors in cells if INTERRUPTED_IN_NOTEBOOK in errors)
+    wall_s = recheck_wall_s(cell_timeout_s, interrupted)
+    skipped: dict[int, str] = {}          # position in `cells` -> why the re-check left it out
+    stuck_probes: set[str] = set()
+    for _ in range(MAX_RUNS):
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        save_file({f"{name}.{key}": value.contiguous() for name, values in inputs.items() for key, value in values.items()},
+                  str(work / "inputs.safetensors"))
+        code = ["" if position in skipped else text for position, (_, text, _) in enumerate(cells)]
+        (work / "code.json").write_text(json.dumps({"cells": code, "probes": {
+            name: p.code for name, p in probes.items() if name not in stuck_probes}}))
+        run = sandbox.python(work, package, "probe", "code.json", "inputs.safetensors", ".", str(cell_timeout_s),
+                             limits=sandbox.Limits(wall_s=wall_s))
+        stuck = _stuck_step(work)
+        if isinstance(stuck, int) and 0 <= stuck < len(cells) and stuck not in skipped:
+            skipped[stuck] = f"cell {cells[stuck][0] + 1} ran past the {cell_timeout_s} s limit in the re-check"
+        elif isinstance(stuck, str) and stuck in probes and stuck not in stuck_probes:
+            stuck_probes.add(stuck)
+        else:
+            break
+    why_skipped = "; ".join(skipped.values())
     verdicts = {}
     for name, probe in probes.items():
+        if name in stuck_probes:
+            verdicts[name] = f"your function ran past the {cell_timeout_s} s limit on the re-check's inputs"
+            continue
         try:
             got = load(read_bytes(work / f"{name}.safetensors", 256 * 2**20))
         except (UntrustedFileError, Exception) as exc:  # safetensors raises its own error types for bad bytes
-            reason = "timed out" if run.timed_out else str(exc)
+            reason = (f"it did not finish within {wall_s:g} s" if run.timed_out else str(exc))
             verdicts[name] = f"the re-check produced no result ({reason})"
-            continue
-        verdicts[name] = compare(probe.reference(inputs[name]), got, probe)
+        else:
+            verdicts[name] = compare(probe.reference(inputs[name]), got, probe)
+        if verdicts[name] and why_skipped:
+            verdicts[name] += f" (left out of the re-check: {why_skipped})"
     return verdicts
+
+
+def _stuck_step(work: Path) -> int | str | None:
+    """The step the runner's watchdog stopped, if it stopped one."""
+    try:
+        return json.loads(read_bytes(work / "stuck.json", 4096)).get("stuck")
+    except (UntrustedFileError, ValueError, AttributeError, OSError):
+        return None

@@ -3,11 +3,15 @@
 It imports nothing from this repository (only this file is mounted), so it can be read on its own:
 
     python sandbox_runner.py execute NOTEBOOK.ipynb OUT.ipynb CELL_TIMEOUT_S
-        Run a notebook cell by cell in a fresh python3 kernel. A cell that kills the kernel is replaced
-        by an error and the notebook rerun; each cell's output is capped.
+        Run a notebook cell by cell in a fresh python3 kernel. A cell that runs past CELL_TIMEOUT_S is
+        interrupted; one that ignores the interrupt (it catches KeyboardInterrupt, or sits in C code) is
+        stopped GRACE_S later by killing the kernel. A cell that kills the kernel or has to be stopped is
+        replaced by an error and the notebook rerun; each cell's output is capped.
     python sandbox_runner.py probe CODE.json INPUTS.safetensors OUT_DIR CELL_TIMEOUT_S
         In this plain process (no kernel, no IPython hooks), run the student's code cells, then each
-        probe's code, and save each probe's `result` tensors for the trusted grader to compare.
+        probe's code, and save each probe's `result` tensors for the trusted grader to compare. Each step
+        is interrupted at CELL_TIMEOUT_S; a watchdog process kills the runner GRACE_S later if the step
+        ignores that, and writes which step it was to OUT_DIR/stuck.json.
 
 Whatever the student's code does here can only change what this process writes: the comparison with
 the reference happens outside, in the trusted grader.
@@ -21,16 +25,26 @@ import traceback
 
 MAX_OUTPUT_CHARS_PER_CELL = 100_000
 MAX_RERUNS = 3          # a kernel that keeps dying (say, from a timer) is not rerun forever
+GRACE_S = 5             # how long a cell may ignore its interrupt before it is stopped by force
 KERNEL_DIED = "KernelDied"
+CELL_TIMEOUT = "CellTimeout"    # ran past the limit and was interrupted: the notebook went on
+CELL_STOPPED = "CellStopped"    # ran past the limit, ignored the interrupt, and was stopped by killing the kernel
 
 
 def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
+    import os
+    import signal
+    import threading
+
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
 
+    timeout = int(cell_timeout_s)
+
     class CappedClient(NotebookClient):
-        """Keeps at most MAX_OUTPUT_CHARS_PER_CELL characters of each cell's output (an output flood)."""
+        """Keeps at most MAX_OUTPUT_CHARS_PER_CELL characters of each cell's output (an output flood), and
+        stops a cell that ignores the interrupt sent at its timeout."""
 
         capped: set = set()
 
@@ -45,38 +59,106 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
 
         async def async_execute_cell(self, cell, cell_index, *args, **kwargs):
             self.running_index = cell_index      # the cell to blame if the kernel dies
-            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            # nbclient interrupts the kernel at the timeout, then waits for as long again, and again: a cell
+            # that swallows KeyboardInterrupt would hold the notebook until the submission's wall clock.
+            watchdog = threading.Timer(timeout + GRACE_S, self.stop_stuck_cell, args=(cell_index,))
+            watchdog.daemon = True
+            watchdog.start()
+            try:
+                return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            finally:
+                watchdog.cancel()
+
+        async def _async_handle_timeout(self, timeout, cell=None):
+            self.interrupted.add(self.running_index)
+            return await super()._async_handle_timeout(timeout, cell)
+
+        def stop_stuck_cell(self, cell_index: int) -> None:
+            if self.running_index == cell_index and self.km is not None and self.km.provisioner is not None:
+                self.stuck = cell_index
+                pid = getattr(self.km.provisioner, "pid", None)
+                if pid:
+                    os.kill(pid, signal.SIGKILL)       # nbclient sees a dead kernel within a second
 
     original = nbformat.read(notebook_path, as_version=4)
-    killers: list[int] = []
+    skipped: dict[int, str] = {}     # cell index -> why it is replaced: KERNEL_DIED or CELL_STOPPED
     while True:
         trial = copy.deepcopy(original)
-        for index in killers:
-            trial.cells[index].source = f"raise RuntimeError('the kernel died while cell {index} ran; it was skipped')"
-        client = CappedClient(trial, timeout=int(cell_timeout_s), interrupt_on_timeout=True, allow_errors=True,
+        for index, why in skipped.items():
+            trial.cells[index].source = f"raise RuntimeError('cell {index} was skipped when grading ({why})')"
+        client = CappedClient(trial, timeout=timeout, interrupt_on_timeout=True, allow_errors=True,
                               kernel_name="python3", record_timing=False)
-        client.running_index = None
+        client.running_index, client.stuck, client.interrupted = None, None, set()
         # Written after every cell, so that a run stopped from outside still shows what it did.
         client.on_cell_executed = lambda **_: nbformat.write(client.nb, out_path)
         try:
             client.execute()
         except DeadKernelError:
             index = client.running_index
-            if index is None or index in killers or len(killers) >= MAX_RERUNS:
+            if index is None or index in skipped or len(skipped) >= MAX_RERUNS:
                 return      # out.ipynb holds what ran; the grader marks the rest as not run
-            killers.append(index)
+            skipped[index] = CELL_STOPPED if client.stuck == index else KERNEL_DIED
             continue
         break
-    for index in killers:
+    for index in client.interrupted:
+        # The cell's own KeyboardInterrupt says nothing a student can act on: say that the grader stopped it.
+        trial.cells[index].outputs = [o for o in trial.cells[index].outputs if o.get("output_type") != "error"] + [
+            nbformat.v4.new_output("error", ename=CELL_TIMEOUT, evalue=f"this cell ran past the {timeout} s limit "
+                                   "and was interrupted", traceback=[f"{CELL_TIMEOUT}: interrupted at {timeout} s"])]
+    for index, why in skipped.items():
         trial.cells[index].source = original.cells[index].source
-        trial.cells[index].outputs = [nbformat.v4.new_output(
-            "error", ename=KERNEL_DIED, evalue=f"the kernel died while this cell ran (cell {index}); "
-            "it was skipped when grading", traceback=[f"{KERNEL_DIED}: the kernel died while this cell ran"])]
+        message = ("the kernel died while this cell ran; it was skipped when grading" if why == KERNEL_DIED else
+                   f"this cell ran past the {timeout} s limit and ignored the interrupt; it was stopped and "
+                   "skipped when grading")
+        trial.cells[index].outputs = [nbformat.v4.new_output("error", ename=why, evalue=message,
+                                                             traceback=[f"{why}: {message}"])]
     nbformat.write(trial, out_path)
+
+
+def _watchdog(limit_s: float, out_dir: str):
+    """Fork a process that kills this one when a step runs past `limit_s`; returns report(step) / done().
+
+    A signal alarm interrupts Python code, but a step that catches KeyboardInterrupt, or sits in C code
+    holding the interpreter lock, never sees it; a separate process still can stop it.
+    """
+    import os
+    import select
+    import signal
+    import time
+
+    read_end, write_end = os.pipe()
+    parent = os.getpid()
+    if os.fork() == 0:                       # the watchdog: no student code ever runs in this process
+        os.close(write_end)
+        step, started, buffer = None, 0.0, b""
+        while True:
+            wait = None if step is None else max(0.0, started + limit_s - time.monotonic())
+            ready, _, _ = select.select([read_end], [], [], wait)
+            if not ready:
+                with open(f"{out_dir}/stuck.json", "w", encoding="utf-8") as handle:
+                    json.dump({"stuck": step}, handle)
+                os.kill(parent, signal.SIGKILL)
+                os._exit(0)
+            chunk = os.read(read_end, 4096)
+            if not chunk:                        # the runner has ended
+                os._exit(0)
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                step = json.loads(line) if line != b"null" else None
+                started = time.monotonic()
+    os.close(read_end)
+
+    def report(step) -> None:
+        os.write(write_end, json.dumps(step).encode() + b"\n")
+    return report
 
 
 def probe(code_path: str, inputs_path: str, out_dir: str, cell_timeout_s: str = "60") -> None:
     import signal
+
+    timeout = int(cell_timeout_s)
+    running = _watchdog(timeout + GRACE_S, out_dir)      # before torch starts its threads
 
     import torch
     from safetensors.torch import load_file, save_file
@@ -97,7 +179,8 @@ def probe(code_path: str, inputs_path: str, out_dir: str, cell_timeout_s: str = 
     namespace: dict = module.__dict__
     cell_errors = []
     for index, source in enumerate(spec["cells"]):
-        signal.alarm(int(cell_timeout_s))
+        running(index)
+        signal.alarm(timeout)
         try:
             exec(compile(source, f"<student cell {index}>", "exec", dont_inherit=True), namespace)
         except BaseException as exc:  # noqa: BLE001 - a student cell may raise anything, SystemExit included
@@ -109,7 +192,8 @@ def probe(code_path: str, inputs_path: str, out_dir: str, cell_timeout_s: str = 
         scope = dict(namespace)
         scope["inputs"] = {k: v.clone() for k, v in inputs.items() if k.startswith(name + ".")}
         scope["inputs"] = {k[len(name) + 1:]: v for k, v in scope["inputs"].items()}
-        signal.alarm(int(cell_timeout_s))
+        running(name)
+        signal.alarm(timeout)
         try:
             exec(compile(code, f"<probe {name}>", "exec", dont_inherit=True), scope)
             result = scope["result"]
@@ -121,6 +205,7 @@ def probe(code_path: str, inputs_path: str, out_dir: str, cell_timeout_s: str = 
             report["probes"][name] = f"{type(exc).__name__}: {exc}"[:300]
         finally:
             signal.alarm(0)
+    running(None)
     with open(f"{out_dir}/report.json", "w", encoding="utf-8") as handle:
         json.dump(report, handle)
 

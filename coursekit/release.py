@@ -57,3 +57,25 @@ def changed_cells(a: bytes, b: bytes) -> list[str]:
             cell = ca or cb
             names.append(cell["metadata"].get("nbgrader", {}).get("grade_id", f"cell {index + 1}"))
     return names
+
+
+def _learner_view(nb: nbformat.NotebookNode) -> tuple[dict[str, str], list[str]]:
+    """What a learner can change in a release: the solution cells' code, and cells of their own."""
+    solutions, own = {}, []
+    for cell in nb.cells:
+        grading = cell.metadata.get("nbgrader", {})
+        if grading.get("solution"):
+            solutions[grading.get("grade_id", "")] = cell.source
+        elif not grading and cell.source.strip():
+            own.append(cell.source)
+    return solutions, own
+
+
+def same_learner_content(a: bytes, b: bytes) -> bool:
+    """True when two notebooks hold the same solution cells and the same cells of the student's own: a test
+    cell or a prose cell that differs is the instructor's change, never a learner's work."""
+    try:
+        return _learner_view(nbformat.reads(a.decode(), as_version=4)) == \
+            _learner_view(nbformat.reads(b.decode(), as_version=4))
+    except Exception:  # noqa: BLE001
+        return False

@@ -30,6 +30,14 @@ def after(gid: str, code: str) -> dict[str, str]:
     return {gid: REF[gid] + "\n" + code}
 
 
+def with_added_cell(code: str) -> nbformat.NotebookNode:
+    """The complete solution with one more top-level cell of the student's own, after the imports."""
+    nb = submission(A)
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(first_code + 1, nbformat.v4.new_code_cell(code))
+    return nb
+
+
 def uniform_softmax_np_with(cheat: str) -> dict[str, str]:
     """A wrong softmax_np (uniform weights: finite, right shape and dtype) behind a cheat."""
     return {"softmax_np": cheat + "\n#| export attnlab/softmax.py\n"
@@ -110,6 +118,12 @@ def cases() -> dict[str, tuple]:
                       "import os, time\nfor _ in range(100000):\n    try:\n        pid = os.fork()\n"
                       "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n        os._exit(0)")),
                       16, False, None),
+        # a slow or endless cell of the student's own costs its own time only, never the grade or a flag
+        "file_system_walk": (with_added_cell("import glob\nfound = glob.glob('/**/*.ipynb', recursive=True)\n"
+                                             "len(found)"), 16, False, None),
+        "sleep_forever": (with_added_cell("import time\ntime.sleep(10**6)"), 16, False, None),
+        "ignores_interrupt": (with_added_cell("import time\nwhile True:\n    try:\n        time.sleep(100)\n"
+                                              "    except KeyboardInterrupt:\n        pass"), 16, False, None),
         "background_sleep": (submission(A, after("softmax_np",
                              "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,)).start()")),
                              16, False, None),

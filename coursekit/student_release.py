@@ -1,0 +1,196 @@
+"""A copy of the course for the students of a graded class: no answers to the chapters still to be graded.
+
+    python -m coursekit.student_release UPTO [--out _release]     (make student-release UPTO=ch03)
+
+UPTO is the first chapter the class has not been graded on yet (say ch03). The copy holds:
+- the website's pages of the chapters before UPTO whose code uses only those chapters' modules (chapter 2's
+  page runs chapter 4's MiniLM, so it waits for UPTO=ch05), with the intro, and the exercise notebooks of
+  every chapter up to UPTO (the releases, with no solutions and no hidden tests);
+- the reference attnlab of the chapters before UPTO only, assembled from their export cells (as the grading
+  sandbox is), so no line of chapter UPTO or later is in it;
+- the student side of the tooling (make lab, make export, make book) and a README.
+It holds no solutions/, no autograde/, no tests/ (whose known-wrong set is close to the answers) and no bench/.
+Everything in it is generated: make it again for the next chapter.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from coursekit.exporting import PACKAGE, assemble_modules, read_export_cells, reference_code
+from coursekit.sync import ROOT, chapter_notebooks, package_init
+
+# The student side of the course tooling; coursekit/sync.py comes along because export.py uses two of its
+# helpers (it refuses to run without solutions/).
+TOOLING = ["coursekit/__init__.py", "coursekit/lab.py", "coursekit/export.py", "coursekit/exporting.py",
+           "coursekit/workspace.py", "coursekit/release.py", "coursekit/sync.py", "coursekit/system_packages.sh",
+           "coursekit/jupyter_student"]
+TOP_LEVEL = ["requirements.txt", "_config.yml", "_static", ".gitignore"]
+
+MAKEFILE = """# The student copy of the course (made by `make student-release`): read, practise, export.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PORT ?= 8000
+LAB_PORT ?= 8888
+export OMP_WAIT_POLICY := PASSIVE
+export HF_HUB_OFFLINE := 1
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+
+.PHONY: help system setup book serve lab export
+
+help:
+\t@echo "make book     build the website into _build/html"
+\t@echo "make serve    serve it on http://127.0.0.1:$(PORT)"
+\t@echo "make lab      JupyterLab on work/, your own copy of exercises/ (LAB_PORT=$(LAB_PORT))"
+\t@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
+
+system:
+\t@bash coursekit/system_packages.sh
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt Makefile | system
+\ttest -x $(PY) || $(PYTHON) -m venv $(VENV)
+\t$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+\t$(PY) -c 'import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "attnlab-course.pth").write_text("$(CURDIR)\\\\n")'
+\tmkdir -p $(VENV)/etc/ipython
+\techo 'c.IPKernelApp.log_level = "ERROR"' > $(VENV)/etc/ipython/ipython_kernel_config.py
+\ttouch $@
+
+book: $(STAMP)
+\t$(VENV)/bin/jupyter-book build . --all --builder html -W -n --keep-going
+
+serve: $(STAMP)
+\t@test -f _build/html/index.html || $(MAKE) book
+\t$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
+
+lab: $(STAMP)
+\t$(PY) -m coursekit.lab --port $(LAB_PORT)
+
+export: $(STAMP)
+\t$(PY) -m coursekit.export
+"""
+
+README = """# Attention, from QKV to PagedAttention: your copy of the course
+
+This copy holds the chapters up to {upto_title}: the pages of chapters {pages}, and the exercise notebooks
+of chapters {exercises}. Your instructor gives you a new copy when the next chapter opens.
+
+```sh
+make book      # build the website into _build/html, then open _build/html/index.html
+make lab       # JupyterLab on work/, your own copy of the exercises (made on first use; nothing overwrites it)
+make export    # your own attnlab, from the notebooks in work/, into _student/attnlab
+```
+
+The first `make` installs what the course needs: the Debian packages chromium, bubblewrap and
+fonts-wqy-microhei (as root; otherwise it prints the command), then Python packages into `.venv`.
+The `attnlab` folder holds the course's reference code for the chapters you have been graded on, so that
+the exercises of the current chapter can build on it. Submit your notebook as your instructor asks.
+"""
+
+
+def _chapter(folder_name: str) -> int:
+    return int(folder_name[2:4])
+
+
+def reference_package_before(upto: int, root: Path = ROOT) -> dict[str, str]:
+    """{path: text} of attnlab assembled from the export cells of the chapters before `upto` only."""
+    cells = [cell for nb in chapter_notebooks(root) if _chapter(nb.parent.name) < upto
+             for cell in read_export_cells(nb, root)]
+    modules = assemble_modules(cells, reference_code, "The course's reference code of a chapter already graded.",
+                               command="make student-release") if cells else {}
+    modules[f"{PACKAGE}/__init__.py"] = package_init(sorted(modules), origin=f"the chapters before {upto}",
+                                                     command="make student-release")
+    return modules
+
+
+def module_chapters(root: Path = ROOT) -> dict[str, int]:
+    """{dotted attnlab module: the first chapter whose export cells write it}."""
+    found: dict[str, int] = {}
+    for notebook in chapter_notebooks(root):
+        for cell in read_export_cells(notebook, root):
+            for target in cell.targets:
+                found.setdefault(target[: -len(".py")].replace("/", "."), _chapter(notebook.parent.name))
+    return found
+
+
+def page_needs(page: Path, chapters: dict[str, int]) -> int:
+    """The latest chapter whose attnlab modules the page's code imports (0 if none)."""
+    imported = re.findall(r"(?:from|import)\s+(attnlab(?:\.\w+)+)", page.read_text(encoding="utf-8"))
+    return max((chapters.get(name, 99) for name in imported), default=0)
+
+
+def _toc(pages: list[str], exercises: list[str]) -> str:
+    lines = ["# Generated by `make student-release`.", "format: jb-book", "root: book/intro", "chapters:"]
+    for name in exercises:
+        if name in pages:
+            lines += [f"  - file: book/{name}", "    sections:", f"      - file: exercises/{name}/{name}"]
+        else:
+            lines += [f"  - file: exercises/{name}/{name}"]
+    return "\n".join(lines) + "\n"
+
+
+def _intro(text: str, pages: list[str]) -> str:
+    """The intro, its links to chapters not in this copy turned into plain text."""
+    def unlink(match: re.Match) -> str:
+        return match[0] if match[2] in pages else f"{match[1]} (not in this copy yet)"
+    return re.sub(r"\[([^\]]+)\]\((ch\d\d_[a-z0-9_]+)\.md\)", unlink, text)
+
+
+def write_release(upto_name: str, out: Path, root: Path = ROOT) -> Path:
+    names = [nb.parent.name for nb in chapter_notebooks(root)]
+    matches = [n for n in names if n == upto_name or n.startswith(upto_name + "_") or n[:4] == upto_name[:4]]
+    if not re.fullmatch(r"ch\d\d(_[a-z0-9_]+)?", upto_name) or not matches:
+        raise SystemExit(f"UPTO must name a chapter, such as ch03 or ch03_add_norm_ffn; the chapters are "
+                         f"{', '.join(names)}")
+    upto = _chapter(matches[0])
+    chapters = module_chapters(root)
+    pages = [n for n in names if _chapter(n) < upto and (root / "book" / f"{n}.md").is_file()
+             and page_needs(root / "book" / f"{n}.md", chapters) < upto]
+    exercises = [n for n in names if _chapter(n) <= upto]
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for rel in TOOLING + TOP_LEVEL:
+        source = root / rel
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        elif source.is_file():
+            shutil.copy2(source, target)
+    (out / "book").mkdir()
+    for name in pages:
+        shutil.copy2(root / "book" / f"{name}.md", out / "book" / f"{name}.md")
+    (out / "book" / "intro.md").write_text(_intro((root / "book" / "intro.md").read_text(), pages))
+    for name in exercises:
+        shutil.copytree(root / "exercises" / name, out / "exercises" / name,
+                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    for rel, text in reference_package_before(upto, root).items():
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text(text)
+    (out / "_toc.yml").write_text(_toc(pages, exercises))
+    (out / "Makefile").write_text(MAKEFILE)
+    (out / "README.md").write_text(README.format(
+        upto_title=matches[0], pages=", ".join(str(_chapter(n)) for n in pages) or "none",
+        exercises=", ".join(str(_chapter(n)) for n in exercises)))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("upto", help="the first chapter not yet graded, e.g. ch03")
+    parser.add_argument("--out", type=Path, default=None, help="folder to write (default: _release/student-UPTO)")
+    args = parser.parse_args(argv)
+    out = write_release(args.upto, args.out or ROOT / "_release" / f"student-{args.upto}")
+    print(f"wrote the student copy to {out}: give students this folder (for example as a repository of its own)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
