@@ -137,6 +137,10 @@ def failure_message(source: str, error: dict) -> str:
     failure = _failure(error)
     if failure.ename in GRADER_ERRORS:
         return f"{failure.ename}: {GRADER_ERRORS[failure.ename]}"
+    if failure.ename == "NotImplementedError":
+        # an exercise not written yet, wherever a test first called it
+        first = (failure.evalue.strip().splitlines() or [""])[0][:300]
+        return f"NotImplementedError: {first}" if first else "NotImplementedError: this exercise is not written yet"
     if not failed_in_hidden_part(source, error):
         matched = matched_message(source, "visible", failure.evalue)
         if matched:
@@ -160,7 +164,7 @@ def failure_message(source: str, error: dict) -> str:
 def cell_label(source: str, grade_id: str) -> str:
     """A test cell's name for the summary: its docstring's first line (what it checks), else its grade id."""
     try:
-        body = _parse(source.split(HIDDEN_BEGIN, 1)[0]).body
+        body = _parse(source).body        # the hidden-test markers are comments: the whole cell parses
     except SyntaxError:
         return grade_id
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \

@@ -112,7 +112,8 @@ def cases() -> dict[str, tuple]:
         "untouched": (released(A), 0, False, None),
         # runaway resources
         "infinite_loop": (submission(A, after("softmax_np", "while True:\n    pass")), 16, False, None),
-        "memory_bomb": (submission(A, after("softmax", "hog = [bytearray(2**30) for _ in range(64)]")), 16, False, None),
+        "memory_bomb": (submission(A, after("softmax", "import numpy\n# reserved, not touched: the address-space limit stops it at once, however loaded the machine\n"
+                                           "hog = [numpy.empty(2**30, dtype=numpy.uint8) for _ in range(64)]")), 16, False, None),
         "output_flood": (submission(A, after("softmax_np", "for _ in range(10**8):\n    print('x' * 200)")), 16, False, None),
         "fork_bomb": (submission(A, after("softmax_np",
                       "import os, time\nfor _ in range(100000):\n    try:\n        pid = os.fork()\n"
