@@ -60,6 +60,7 @@ class Result:
     sha256: str = ""         # of the submitted file: a rerun skips unchanged submissions
     flagged: bool = False    # suspected tampering: some cell passed in the kernel but failed its re-check
     sandboxed: bool = True
+    timings: dict = field(default_factory=dict)   # seconds per grading phase (make bench), not part of the grade
 
     def line(self) -> str:
         text = f"{self.student}: {self.score:g} / {self.max_score:g}"
@@ -236,6 +237,10 @@ def _read_result(course: Course, student: str, notes: list[str]) -> Result:
                         flagged=bool(flagged))
     order = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(course.release, as_version=4).cells]
     result.cells.sort(key=lambda c: order.index(c.cell) if c.cell in order else len(order))
+    try:
+        result.timings = {k: round(float(v), 3) for k, v in json.loads((private / "timings.json").read_text()).items()}
+    except (OSError, ValueError, TypeError):
+        result.timings = {}
     produced = private / "feedback" / student / course.assignment / (Path(course.notebook_name).stem + ".html")
     if produced.is_file():
         course.feedback(student).parent.mkdir(parents=True, exist_ok=True)

@@ -80,6 +80,8 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
                 if pid:
                     os.kill(pid, signal.SIGKILL)       # nbclient sees a dead kernel within a second
 
+    import time
+    timings = {"runner_start": time.time(), "runs": []}    # for `make bench`: where a submission's time goes
     original = nbformat.read(notebook_path, as_version=4)
     skipped: dict[int, str] = {}     # cell index -> why it is replaced: KERNEL_DIED or CELL_STOPPED
     while True:
@@ -89,8 +91,15 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
         client = CappedClient(trial, timeout=timeout, interrupt_on_timeout=True, allow_errors=True,
                               kernel_name="python3", record_timing=False)
         client.running_index, client.stuck, client.interrupted = None, None, set()
-        # Written after every cell, so that a run stopped from outside still shows what it did.
-        client.on_cell_executed = lambda **_: nbformat.write(client.nb, out_path)
+        run = {"start": time.time(), "cells": {}}
+        timings["runs"].append(run)
+
+        def executed(cell_index, **_):
+            # Written after every cell, so that a run stopped from outside still shows what it did.
+            run["cells"][cell_index] = time.time()
+            nbformat.write(client.nb, out_path)
+        client.on_cell_executed = executed
+        client.on_notebook_start = lambda **_: run.update(kernel_ready=time.time())
         try:
             client.execute()
         except DeadKernelError:
@@ -100,6 +109,9 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
             skipped[index] = CELL_STOPPED if client.stuck == index else KERNEL_DIED
             continue
         break
+    timings["end"] = time.time()
+    with open(out_path + ".timings.json", "w", encoding="utf-8") as handle:
+        json.dump(timings, handle)
     for index in client.interrupted:
         # The cell's own KeyboardInterrupt says nothing a student can act on: say that the grader stopped it.
         trial.cells[index].outputs = [o for o in trial.cells[index].outputs if o.get("output_type") != "error"] + [

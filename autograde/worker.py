@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import time
 import subprocess
 import sys
 import tempfile
@@ -94,13 +95,17 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
     with Gradebook(config.CourseDirectory.db_url) as gb:
         gb.update_or_create_student(student)
     api = _api(config)
+    clock = time.monotonic()
     result = api.autograde(assignment, student, force=True, create=True)
+    phases = {"autograde": time.monotonic() - clock}
     if not result["success"]:
         raise SystemExit(f"nbgrader autograde failed: {_last_error(result)}")
 
     autograded = Path(course) / "autograded" / student / assignment / f"{assignment}.ipynb"
+    clock = time.monotonic()
     verdicts = recheck(assignment, nbformat.read(autograded, as_version=4), Path(course) / "sandbox" / "probe",
                        package_dir, int(cell_timeout_s)) if sandboxed else {}
+    phases["recheck"] = time.monotonic() - clock
     flags = {}
     with Gradebook(config.CourseDirectory.db_url) as gb:
         for cell, problem in verdicts.items():
@@ -114,9 +119,25 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
     if flags:
         _explain_in_feedback(autograded, flags)
 
+    clock = time.monotonic()
     result = api.generate_feedback(assignment, student, force=True)
+    phases["feedback"] = time.monotonic() - clock
     if not result["success"]:
         raise SystemExit(f"nbgrader generate_feedback failed: {_last_error(result)}")
+    _write_timings(Path(course), phases)
+
+
+def _write_timings(course: Path, phases: dict[str, float]) -> None:
+    """Seconds per phase of this submission's grading (grading.Result.timings, `make bench`)."""
+    import json
+    run = {}
+    try:
+        run = json.loads((course / "sandbox" / "timings.json").read_text())
+    except (OSError, ValueError):
+        pass
+    # nbgrader's own preprocessors: the autograde step less the sandboxed run it contains
+    phases["nbgrader"] = phases["autograde"] - run.get("sandbox_run", 0.0)
+    (course / "timings.json").write_text(json.dumps({**run, **phases}))
 
 
 def _explain_in_feedback(autograded: Path, flags: dict[str, str]) -> None:

@@ -39,7 +39,29 @@ def sixty() -> list[str]:
     mean = sum(r["score"] for r in results) / len(results)
     return [f"class of {len(results)} chapter-1 submissions, 2 workers on 2 cores: {seconds:.0f} s "
             f"({seconds / len(results):.1f} s per submission), mean score {mean:.1f} / 16; "
-            f"rerun with nothing changed: {rerun:.1f} s"]
+            f"rerun with nothing changed: {rerun:.1f} s", *breakdown(results)]
+
+
+# The phases of one submission's grading, as autograde records them (grading.Result.timings).
+PHASES = [("sandbox_start", "sandbox start (bwrap, the runner's interpreter)"),
+          ("kernel_start", "kernel start"), ("imports", "the notebook's imports cell"),
+          ("cells", "the other cells (tests included)"), ("sandbox_run", "= the whole sandboxed notebook run"),
+          ("nbgrader", "nbgrader's own preprocessors (autograde step less the sandboxed run)"),
+          ("recheck", "out-of-process re-check (its own sandbox and torch import)"),
+          ("feedback", "feedback rendering (2.1 MB of MathJax inlined per page)")]
+
+
+def breakdown(results: list[dict]) -> list[str]:
+    """Mean seconds per phase over the submissions that recorded them (each on its worker's clock)."""
+    timed = [r["timings"] for r in results if r.get("timings")]
+    if not timed:
+        return ["no phase timings were recorded"]
+    lines = [f"where one submission's time goes (mean over {len(timed)}, seconds, measured inside each worker):"]
+    for key, label in PHASES:
+        values = [t[key] for t in timed if key in t]
+        if values:
+            lines.append(f"  {sum(values) / len(values):6.2f}  {label}")
+    return lines
 
 
 def hostile_table() -> list[str]:
