@@ -32,9 +32,9 @@ CELL_STOPPED = "CellStopped"    # ran past the limit, ignored the interrupt, and
 
 
 def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
+    import asyncio
     import os
     import signal
-    import threading
 
     import nbformat
     from nbclient import NotebookClient
@@ -61,9 +61,9 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
             self.running_index = cell_index      # the cell to blame if the kernel dies
             # nbclient interrupts the kernel at the timeout, then waits for as long again, and again: a cell
             # that swallows KeyboardInterrupt would hold the notebook until the submission's wall clock.
-            watchdog = threading.Timer(timeout + GRACE_S, self.stop_stuck_cell, args=(cell_index,))
-            watchdog.daemon = True
-            watchdog.start()
+            # A timer on the client's own event loop, not a thread: a fork bomb in the notebook can use up
+            # the processes (and threads) its user may have, and this runner runs as that user.
+            watchdog = asyncio.get_running_loop().call_later(timeout + GRACE_S, self.stop_stuck_cell, cell_index)
             try:
                 return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
             finally:
@@ -89,7 +89,9 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
         for index, why in skipped.items():
             trial.cells[index].source = f"raise RuntimeError('cell {index} was skipped when grading ({why})')"
         client = CappedClient(trial, timeout=timeout, interrupt_on_timeout=True, allow_errors=True,
-                              kernel_name="python3", record_timing=False)
+                              kernel_name="python3", record_timing=False,
+                              # the sandbox is torn down next: waiting for a polite shutdown costs a second a run
+                              shutdown_kernel="immediate")
         client.running_index, client.stuck, client.interrupted = None, None, set()
         run = {"start": time.time(), "cells": {}}
         timings["runs"].append(run)
