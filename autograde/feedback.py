@@ -12,7 +12,7 @@ from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode
 from traitlets import Bool
 
-from autograde.messages import GRADER_ERRORS, cell_label, failure_message
+from autograde.messages import GRADER_ERRORS, cell_label, safe_failure_message
 
 # MathJax 3 as shipped by the sphinx-mathjax-offline package (installed from requirements.txt).
 MATHJAX_SVG = Path(sysconfig.get_paths()["purelib"]) / "sphinx-mathjax-offline" / "static" / "mathjax" / "tex-svg.js"
@@ -53,9 +53,9 @@ class GraderWrittenOutputs(Preprocessor):
             # Only the grader's own verdicts on a cell (stopped at its timeout, killed its kernel) are shown.
             stopped = [e for e in errors if e.get("ename") in GRADER_ERRORS]
             cell.outputs = [NotebookNode(output_type="stream", name="stdout",
-                                         text=failure_message(cell.source, stopped[0]) + "\n")] if stopped else []
+                                         text=safe_failure_message(cell.source, stopped[0]) + "\n")] if stopped else []
             return cell, resources
-        text = "passed\n" if not errors else failure_message(cell.source, errors[0]) + "\n"
+        text = "passed\n" if not errors else safe_failure_message(cell.source, errors[0]) + "\n"
         cell.metadata["feedback"] = {"label": cell_label(cell.source, meta.get("grade_id", "")),
                                      "passed": not errors}
         cell.outputs = [NotebookNode(output_type="stream", name="stdout", text=text)]

@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 
 from autograde.config import CELL_TIMEOUT_S, DEFAULT_WORKSPACE, REPO_ROOT
-from autograde.messages import failure_message
+from autograde.messages import safe_failure_message
 from autograde.submission import SubmissionError, read_submission, rebuild
 
 # The notebook's run may take this many cell timeouts in all (plus start-up): a few slow cells are graded,
@@ -35,7 +35,7 @@ def submission_timeout(cell_timeout_s: int) -> int:
 def grading_budget(cell_timeout_s: int, submission_timeout_s: int) -> int:
     """Seconds the grading child may take in all: the notebook, every re-check run, the feedback."""
     from autograde.recheck import MAX_RUNS, recheck_wall_s
-    return submission_timeout_s + MAX_RUNS * recheck_wall_s(cell_timeout_s, interrupted=3) + START_UP_S
+    return int(submission_timeout_s + MAX_RUNS * recheck_wall_s(cell_timeout_s, submission_timeout_s) + START_UP_S)
 
 
 @dataclass
@@ -222,11 +222,13 @@ def _read_result(course: Course, student: str, notes: list[str]) -> Result:
     errors = {}
     autograded = private / "autograded" / student / course.assignment / course.notebook_name
     for cell in nbformat.read(autograded, as_version=4).cells:
+        if not cell.metadata.get("nbgrader", {}).get("grade"):
+            continue            # only test cells are graded; a student cell's error is its own business
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         for output in cell.get("outputs", []):
             if output.get("output_type") == "error" and gid not in errors:
                 # the same message the student's feedback shows
-                errors[gid] = failure_message(cell.source, output)
+                errors[gid] = safe_failure_message(cell.source, output)
     recheck = json.loads((private / "recheck.json").read_text())
     flagged = recheck.get("flagged", {})
     with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as gb:

@@ -1,16 +1,17 @@
 """What a student is told about a failed test cell: the same text in the feedback page and the results.
 
-A failure is shown through the message the instructor wrote on the failing assert: the failure's text is
-compared with the messages of the cell's asserts (their f-string fields may take any short value), and a
-match is shown in full, however long, with the comparison's details for a visible test. A hidden test's
-failure that matches no message shows only the exception's type: a submission cannot make the feedback print
-a hidden test's code, whatever its exception says, and a student learns which property failed without seeing
-the inputs that found it. A visible test's failure that matches no message (an exception raised inside the
-student's code) shows its first line, as a traceback would.
+Everything a submission's kernel reports can be forged, the traceback and the exception's name included, and
+the hidden tests' source is readable inside that kernel. So the text shown is the instructor's: the failure's
+message is compared with the messages written on the cell's asserts (their f-string fields may take a short,
+single-line value), and only a match is shown, in full. A failure that matches no message is told by its
+exception's name when that is a built-in or the grader's own (a timeout, a dead kernel), never by its text;
+the student sees the whole traceback by running the visible tests in their own notebook. The only text a
+submission chooses that can reach the page is an f-string field (at most MAX_FIELD characters, one line).
 """
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 import textwrap
 from dataclasses import dataclass
@@ -20,8 +21,13 @@ HIDDEN_END = "### END HIDDEN TESTS"
 # The assert helpers the tests use, and the keyword that carries their message.
 MESSAGE_KEYWORDS = {"assert_close": "msg", "assert_allclose": "err_msg", "assert_array_equal": "err_msg",
                     "assert_equal": "err_msg"}
-MAX_FIELD = {"hidden": 80, "visible": 400}   # characters an f-string field of a message may take when shown
-MAX_DETAIL_LINES = 12   # lines of a visible comparison's details (mismatched elements, largest difference)
+MAX_FIELD = {"hidden": 40, "visible": 120}   # characters an f-string field of a message may take when shown
+MAX_LINE = 2000         # longer lines of a failure are not matched at all (and cannot slow the matching down)
+# numpy's comparison details that carry only numbers: shown after a matched visible message
+NUMERIC_DETAIL = re.compile(r"(Mismatched elements: \d+ / \d+ \([\d.]+%\)|"
+                            r"Max (absolute|relative) difference( among violations)?: [-+\d.e infa]{1,30})")
+BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
+                  if isinstance(value, type) and issubclass(value, BaseException)}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Errors the grader puts in place of a cell's outputs (autograde/sandbox_runner.py, execute.py): each is told
 # in the grader's own words, since the text of an output could have been written by the submission.
@@ -43,6 +49,10 @@ def hidden_part(source: str) -> str:
 
 
 def _parse(code: str) -> ast.Module:
+    try:
+        return ast.parse(code)
+    except SyntaxError:
+        pass
     code = textwrap.dedent(code)
     try:
         return ast.parse(code)
@@ -88,12 +98,26 @@ def visible_part(source: str) -> str:
     return source.split(HIDDEN_BEGIN, 1)[0]
 
 
+def _marker_line(source: str) -> int | None:
+    return next((i + 1 for i, line in enumerate(source.splitlines()) if HIDDEN_BEGIN in line), None)
+
+
 def message_patterns(source: str, part: str) -> list[re.Pattern]:
-    """The messages the asserts of a test cell's visible or hidden part can produce."""
-    code = hidden_part(source) if part == "hidden" else visible_part(source)
+    """The messages the asserts of a test cell's visible or hidden part can produce.
+
+    The whole cell is parsed (the hidden-test markers are comments), since a hidden part may sit inside a
+    block that the visible part opens; each assert belongs to the part its line is in."""
+    try:
+        nodes = message_nodes(source)
+    except SyntaxError:
+        return []
+    marker = _marker_line(source)
     patterns = []
-    for _, message in message_nodes(code):
-        pattern = _pattern(message, MAX_FIELD[part]) if message is not None else None
+    for node, message in nodes:
+        hidden = marker is not None and node.lineno > marker
+        if (part == "hidden") != hidden or message is None:
+            continue
+        pattern = _pattern(message, MAX_FIELD[part])
         if pattern:
             patterns.append(re.compile(pattern))
     return patterns
@@ -124,12 +148,18 @@ def failed_in_hidden_part(source: str, error: dict) -> bool:
 
 def matched_message(source: str, part: str, evalue: str) -> str | None:
     """The part of `evalue` that one of the messages of the cell's `part` produces, if any."""
-    candidates = [evalue.strip()] + [line.strip() for line in evalue.splitlines() if line.strip()]
+    candidates = [text for text in [evalue.strip()] + [line.strip() for line in evalue.splitlines()]
+                  if text and len(text) <= MAX_LINE]
     for pattern in message_patterns(source, part):
         for text in candidates:
             if pattern.fullmatch(text):
                 return text
     return None
+
+
+def _name(ename: str) -> str:
+    """An exception's name, shown only when the submission cannot have chosen it."""
+    return ename if ename in BUILTIN_ERRORS or ename in GRADER_ERRORS else "an exception"
 
 
 def failure_message(source: str, error: dict) -> str:
@@ -139,26 +169,39 @@ def failure_message(source: str, error: dict) -> str:
         return f"{failure.ename}: {GRADER_ERRORS[failure.ename]}"
     if failure.ename == "NotImplementedError":
         # an exercise not written yet, wherever a test first called it
-        first = (failure.evalue.strip().splitlines() or [""])[0][:300]
-        return f"NotImplementedError: {first}" if first else "NotImplementedError: this exercise is not written yet"
-    if not failed_in_hidden_part(source, error):
-        matched = matched_message(source, "visible", failure.evalue)
+        return "NotImplementedError: an exercise this cell calls is not written yet (delete its raise line)"
+    try:
+        hidden = failed_in_hidden_part(source, error)
+        matched = matched_message(source, "hidden" if hidden else "visible", failure.evalue)
+        if hidden and not matched:
+            # a check written in the visible part (a helper the hidden tests call again): its message too is
+            # the instructor's, and one the student has already seen
+            matched = matched_message(source, "visible", failure.evalue)
+    except (SyntaxError, ValueError, RecursionError):
+        hidden, matched = True, None
+    name = _name(failure.ename)
+    if not hidden:
         if matched:
-            # numpy's comparisons add what differed (tolerances, mismatched elements, largest difference)
-            details = [line.strip()[:200] for line in failure.evalue.strip().splitlines()
-                       if line.strip() and line.strip() != matched][:MAX_DETAIL_LINES]
-            return "\n".join([f"{failure.ename}: {matched}", *details])
-        first = (failure.evalue.strip().splitlines() or [""])[0][:300]
-        return f"{failure.ename}: {first}" if first else failure.ename
-    matched = matched_message(source, "hidden", failure.evalue)
+            details = [line.strip() for line in failure.evalue.splitlines()
+                       if NUMERIC_DETAIL.fullmatch(line.strip())]
+            return "\n".join([f"{name}: {matched}", *details])
+        return (f"{name} (its message is not repeated here: run this test cell in your notebook to see it "
+                "with its traceback)")
     if matched:
         return f"failed a hidden test: {matched}"
     if failure.ename != "AssertionError":
-        first = (failure.evalue.strip().splitlines() or [""])[0][:200]
-        return (f"failed a hidden test: your code raised {failure.ename}: {first} (on an input the visible "
-                "tests do not try)")
+        return (f"failed a hidden test: your code raised {name} on an input the visible tests do not try "
+                "(other shapes, batch dimensions, dtypes, masks or extreme values)")
     return ("failed a hidden test (AssertionError). The hidden tests check harder cases than the visible ones: "
             "other shapes, batch dimensions, dtypes, masks and extreme values.")
+
+
+def safe_failure_message(source: str, error: dict) -> str:
+    """failure_message, and a plain statement if building it fails: a message must never cost a grade."""
+    try:
+        return failure_message(source, error)
+    except Exception:  # noqa: BLE001
+        return "this test cell failed (its message could not be shown)"
 
 
 def cell_label(source: str, grade_id: str) -> str:

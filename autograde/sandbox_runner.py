@@ -46,9 +46,11 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
         """Keeps at most MAX_OUTPUT_CHARS_PER_CELL characters of each cell's output (an output flood), and
         stops a cell that ignores the interrupt sent at its timeout."""
 
-        capped: set = set()
-
         def output(self, outs, msg, display_id, cell_index):
+            if msg["header"]["msg_type"] == "error":
+                # An error always counts, however much the cell printed before it: dropping it would turn
+                # a failed test into a pass.
+                return super().output(outs, msg, display_id, cell_index)
             if cell_index in self.capped:
                 return None
             if sum(len(json.dumps(o)) for o in outs) > MAX_OUTPUT_CHARS_PER_CELL:
@@ -84,6 +86,20 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
     timings = {"runner_start": time.time(), "runs": []}    # for `make bench`: where a submission's time goes
     original = nbformat.read(notebook_path, as_version=4)
     skipped: dict[int, str] = {}     # cell index -> why it is replaced: KERNEL_DIED or CELL_STOPPED
+
+    def mark_skipped(nb):
+        """The notebook as written out: each skipped cell with its own source and the grader's reason, so
+        that the re-check, which reads these names, leaves the same cells out."""
+        nb = copy.deepcopy(nb)
+        for index, why in skipped.items():
+            if 0 <= index < len(nb.cells):
+                nb.cells[index].source = original.cells[index].source
+                message = ("the kernel died while this cell ran; it was skipped when grading" if why == KERNEL_DIED
+                           else f"this cell ran past the {timeout} s limit and ignored the interrupt; it was "
+                           "stopped and skipped when grading")
+                nb.cells[index].outputs = [nbformat.v4.new_output("error", ename=why, evalue=message,
+                                                                  traceback=[f"{why}: {message}"])]
+        return nb
     while True:
         trial = copy.deepcopy(original)
         for index, why in skipped.items():
@@ -92,14 +108,14 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
                               kernel_name="python3", record_timing=False,
                               # the sandbox is torn down next: waiting for a polite shutdown costs a second a run
                               shutdown_kernel="immediate")
-        client.running_index, client.stuck, client.interrupted = None, None, set()
+        client.running_index, client.stuck, client.interrupted, client.capped = None, None, set(), set()
         run = {"start": time.time(), "cells": {}}
         timings["runs"].append(run)
 
         def executed(cell_index, **_):
             # Written after every cell, so that a run stopped from outside still shows what it did.
             run["cells"][cell_index] = time.time()
-            nbformat.write(client.nb, out_path)
+            nbformat.write(mark_skipped(client.nb), out_path)
         client.on_cell_executed = executed
         client.on_notebook_start = lambda **_: run.update(kernel_ready=time.time())
         try:
@@ -107,7 +123,10 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
         except DeadKernelError:
             index = client.running_index
             if index is None or index in skipped or len(skipped) >= MAX_RERUNS:
-                return      # out.ipynb holds what ran; the grader marks the rest as not run
+                # out.ipynb holds what ran (the grader marks the rest as not run); say which cell was the last
+                skipped[index if index is not None else -1] = CELL_STOPPED if client.stuck == index else KERNEL_DIED
+                nbformat.write(mark_skipped(client.nb), out_path)
+                return
             skipped[index] = CELL_STOPPED if client.stuck == index else KERNEL_DIED
             continue
         break
@@ -119,14 +138,7 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
         trial.cells[index].outputs = [o for o in trial.cells[index].outputs if o.get("output_type") != "error"] + [
             nbformat.v4.new_output("error", ename=CELL_TIMEOUT, evalue=f"this cell ran past the {timeout} s limit "
                                    "and was interrupted", traceback=[f"{CELL_TIMEOUT}: interrupted at {timeout} s"])]
-    for index, why in skipped.items():
-        trial.cells[index].source = original.cells[index].source
-        message = ("the kernel died while this cell ran; it was skipped when grading" if why == KERNEL_DIED else
-                   f"this cell ran past the {timeout} s limit and ignored the interrupt; it was stopped and "
-                   "skipped when grading")
-        trial.cells[index].outputs = [nbformat.v4.new_output("error", ename=why, evalue=message,
-                                                             traceback=[f"{why}: {message}"])]
-    nbformat.write(trial, out_path)
+    nbformat.write(mark_skipped(trial), out_path)
 
 
 def _watchdog(limit_s: float, out_dir: str):
@@ -164,7 +176,10 @@ def _watchdog(limit_s: float, out_dir: str):
     os.close(read_end)
 
     def report(step) -> None:
-        os.write(write_end, json.dumps(step).encode() + b"\n")
+        try:
+            os.write(write_end, json.dumps(step).encode() + b"\n")
+        except OSError:          # the watchdog is gone (killed by the student's code): the wall clock remains
+            pass
     return report
 
 

@@ -104,7 +104,7 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
     autograded = Path(course) / "autograded" / student / assignment / f"{assignment}.ipynb"
     clock = time.monotonic()
     verdicts = recheck(assignment, nbformat.read(autograded, as_version=4), Path(course) / "sandbox" / "probe",
-                       package_dir, int(cell_timeout_s)) if sandboxed else {}
+                       package_dir, int(cell_timeout_s), _notebook_seconds(Path(course))) if sandboxed else {}
     phases["recheck"] = time.monotonic() - clock
     flags = {}
     with Gradebook(config.CourseDirectory.db_url) as gb:
@@ -127,6 +127,15 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
     _write_timings(Path(course), phases)
 
 
+def _notebook_seconds(course: Path) -> float:
+    """How long the sandboxed notebook ran, as the grader measured it from outside the sandbox."""
+    import json
+    try:
+        return float(json.loads((course / "sandbox" / "timings.json").read_text())["sandbox_run"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
+
+
 def _write_timings(course: Path, phases: dict[str, float]) -> None:
     """Seconds per phase of this submission's grading (grading.Result.timings, `make bench`)."""
     import json
@@ -142,6 +151,8 @@ def _write_timings(course: Path, phases: dict[str, float]) -> None:
 
 def _explain_in_feedback(autograded: Path, flags: dict[str, str]) -> None:
     """Put the re-check's verdict under each overruled test cell, where the feedback page shows it."""
+    import html
+
     import nbformat
     nb = nbformat.read(autograded, as_version=4)
     cells = []
@@ -151,7 +162,8 @@ def _explain_in_feedback(autograded: Path, flags: dict[str, str]) -> None:
         if gid in flags:
             cells.append(nbformat.v4.new_markdown_cell(
                 f"**Scored 0 by the re-check.** This cell's tests passed inside the notebook, but the same functions, "
-                f"run again outside the notebook on new inputs, failed ({flags[gid]}). Your functions must work as "
+                f"run again outside the notebook on new inputs, failed ({html.escape(flags[gid])}). "
+                "Your functions must work as "
                 "plain Python, as they do in your own package after `make export`. Flagged for the instructor."))
     nb.cells = cells
     nbformat.write(nb, autograded)

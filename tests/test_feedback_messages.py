@@ -78,3 +78,45 @@ def test_every_hidden_assert_names_the_property_it_checks():
 def test_an_error_raised_by_the_students_code_in_a_hidden_test_names_its_type(ename):
     text = failure_message(CELL, _error(ename, "shapes cannot be multiplied", 5))
     assert text.startswith(f"failed a hidden test: your code raised {ename}")
+
+
+BLOCK_CELL = '''"""generate: in a block."""
+with torch.no_grad():
+    try:
+        out = f()
+        assert out == 1, "the visible check's message"
+### BEGIN HIDDEN TESTS
+        assert out != 2, f"the hidden check for {out}"
+### END HIDDEN TESTS
+    finally:
+        pass
+'''
+
+
+def test_a_hidden_part_inside_a_block_of_the_visible_part():
+    """Chapters 5 and 6 put their hidden tests inside a `with` or `try` that the visible part opens."""
+    assert failure_message(BLOCK_CELL, _error("AssertionError", "the visible check's message", 5)) == \
+        "AssertionError: the visible check's message"
+    assert failure_message(BLOCK_CELL, _error("AssertionError", "the hidden check for 7", 7)) == \
+        "failed a hidden test: the hidden check for 7"
+    assert cell_label(BLOCK_CELL, "test_generate") == "generate: in a block."
+
+
+def test_every_course_test_cell_gets_a_message_for_any_failure():
+    for notebook in chapter_notebooks():
+        for cell in nbformat.read(notebook, as_version=4).cells:
+            if cell.metadata.get("nbgrader", {}).get("grade"):
+                for line in (2, 10_000):
+                    assert failure_message(cell.source, _error("AssertionError", "anything", line))
+
+
+def test_text_a_submission_chose_is_never_shown():
+    secret = "x = make_the_secret_input_of_this_hidden_test()"
+    for ename, line in (("RuntimeError", 3), ("RuntimeError", 6), ("AssertionError", 3), ("NotImplementedError", 3)):
+        assert secret not in failure_message(CELL, _error(ename, secret, line)), ename
+    # an exception class of the submission's own is not named either: its name could carry the secret
+    assert "Secret" not in failure_message(CELL, _error("SecretIsMakeTheSecretInput", "", 3))
+    # numpy's numeric details stay; any other line after a matched message does not
+    evalue = "softmax keeps the shape: expected (2, 3), got (3,)\nMismatched elements: 3 / 6 (50%)\n" + secret
+    text = failure_message(CELL, _error("AssertionError", evalue, 3))
+    assert "Mismatched elements: 3 / 6 (50%)" in text and secret not in text

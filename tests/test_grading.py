@@ -57,6 +57,8 @@ def test_each_exercise_has_known_wrong_implementations(assignment):
                          ids=[f"{a}/{w['name']}" for a in ASSIGNMENTS for w in known_wrong(a)])
 def test_known_wrong_implementation_loses_points(graded, assignment, wrong):
     result = graded(assignment)[f"wrong_{wrong['name']}"]
+    # graded cell by cell: "could not be graded" would also score less, and prove nothing
+    assert not result["error"] and result["cells"], f"{wrong['name']} was not graded: {result['error']}"
     assert result["score"] < result["max_score"], f"{wrong['name']} ({wrong['why']}) was not caught"
     for name, cell in cells(result).items():
         if name in wrong["loses"]:
