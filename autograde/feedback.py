@@ -6,7 +6,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import json
-import re
 
 from nbconvert.preprocessors import Preprocessor
 from nbformat.notebooknode import NotebookNode
