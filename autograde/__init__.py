@@ -3,3 +3,10 @@
     python -m autograde grade ASSIGNMENT FILE.ipynb [FILE.ipynb ...] [--json]
     python -m autograde class ASSIGNMENT
 """
+import sys
+
+# nbformat imports jsonschema, which imports rfc3987_syntax when it is installed (jupyter-events needs it),
+# and that compiles 38 grammars at import, about 1.4 s of CPU, to check the "iri" string format. No notebook
+# schema uses that format. Each submission's grading starts several processes that import nbformat, so they
+# skip it: with the module marked missing, jsonschema leaves the format unchecked, as it does without it.
+sys.modules.setdefault("rfc3987_syntax", None)

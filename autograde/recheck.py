@@ -61,15 +61,19 @@ def student_code_cells(notebook: nbformat.NotebookNode) -> list[str]:
 
 
 def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, package: Path | None,
-            cell_timeout_s: int = 60, notebook_s: float = 0.0) -> dict[str, str]:
+            cell_timeout_s: int = 60, notebook_s: float = 0.0, passed: set[str] | None = None) -> dict[str, str]:
     """{test cell: '' if the student's code gives the reference's outputs on fresh inputs, else why not}.
+
+    Only the test cells in `passed` (those that earned points in the notebook; all when None) are re-checked:
+    the re-check can only take points away, so a cell that earned none has nothing to lose, and a submission
+    that earned nothing (an untouched release) costs no re-check at all.
 
     Each step (a student cell, a probe) is interrupted at the cell timeout, as in the notebook. A step that
     ignores the interrupt is stopped by the runner's watchdog, and the re-check runs again without it: a
     student's own slow cell costs its time, never a flag, unless the functions the probes call are missing
     without it. A probe whose function runs past the limit on the re-check's inputs fails.
     """
-    probes = probes_for(assignment)
+    probes = {name: probe for name, probe in probes_for(assignment).items() if passed is None or name in passed}
     if not probes:
         return {}
     # A fresh secret seed: the inputs cannot be known, or their answers prepared, in advance.

@@ -14,3 +14,18 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return REPO
+
+
+@pytest.fixture(scope="session")
+def graded(tmp_path_factory):
+    """graded(assignment) -> {student id: result}: each chapter's solution, untouched release, known-wrong
+    implementations and cheats (grading.chapter_submissions), graded once per test session in one CLI call,
+    on first use, for every test module that checks grading."""
+    from grading import grade_chapter
+    cache: dict[str, dict] = {}
+
+    def get(assignment: str) -> dict[str, dict]:
+        if assignment not in cache:
+            cache[assignment] = grade_chapter(assignment, tmp_path_factory.mktemp(f"{assignment}-graded"))
+        return cache[assignment]
+    return get

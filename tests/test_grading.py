@@ -1,6 +1,7 @@
 """Every chapter through the real grading path (python -m autograde grade --json):
 the solution scores full marks, the untouched release scores 0, and each known-wrong implementation
-loses points exactly in the test cells it names, while the chapter's other exercises keep theirs."""
+loses points exactly in the test cells it names, while the chapter's other exercises keep theirs.
+The submissions of each chapter are graded once per session (the `graded` fixture in conftest.py)."""
 from __future__ import annotations
 
 import re
@@ -8,29 +9,11 @@ import re
 import pytest
 
 from coursekit.sync import chapter_notebooks
-from grading import cells, grade_files
-from submissions import known_wrong, released, solution_code, submission, write
+from grading import cells
+from submissions import known_wrong, released, solution_code
 
 ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
 HIDDEN_MARK = "### BEGIN HIDDEN TESTS"
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Grade each chapter's submissions once (one CLI call per chapter), on first use."""
-    cache: dict[str, dict] = {}
-
-    def get(assignment: str) -> dict:
-        if assignment not in cache:
-            folder = tmp_path_factory.mktemp(f"{assignment}-submissions")
-            files = [write(submission(assignment), folder / "solution.ipynb"),
-                     write(released(assignment), folder / "untouched.ipynb")]
-            for wrong in known_wrong(assignment):
-                files.append(write(submission(assignment, {wrong["cell"]: wrong["code"]}),
-                                   folder / f"wrong_{wrong['name']}.ipynb"))
-            cache[assignment] = grade_files(assignment, files, tmp_path_factory.mktemp(f"{assignment}-workspace"))
-        return cache[assignment]
-    return get
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
