@@ -68,8 +68,15 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
             # A timer on the client's own event loop, not a thread: a fork bomb in the notebook can use up
             # the processes (and threads) its user may have, and this runner runs as that user.
             watchdog = asyncio.get_running_loop().call_later(timeout + GRACE_S, self.stop_stuck_cell, cell_index)
+            self.running_task = asyncio.current_task()
             try:
                 return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+            except asyncio.CancelledError:
+                if self.stuck != cell_index:
+                    raise
+                # Cancelled by stop_stuck_cell: report the dead kernel now, so the notebook is rerun at once.
+                self.running_task.uncancel()
+                raise DeadKernelError(f"cell {cell_index} ignored its interrupt and was stopped") from None
             finally:
                 watchdog.cancel()
 
@@ -82,7 +89,10 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
                 self.stuck = cell_index
                 pid = getattr(self.km.provisioner, "pid", None)
                 if pid:
-                    os.kill(pid, signal.SIGKILL)       # nbclient sees a dead kernel within a second
+                    os.kill(pid, signal.SIGKILL)
+                # nbclient stops watching the kernel's health once it has sent the interrupt, and waits a whole
+                # timeout more for the reply before it notices the kernel is gone: stop that wait now.
+                self.running_task.cancel()
 
     import time
     timings = {"runner_start": time.time(), "runs": []}    # for `make bench`: where a submission's time goes
@@ -111,6 +121,7 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
                               # the sandbox is torn down next: waiting for a polite shutdown costs a second a run
                               shutdown_kernel="immediate")
         client.running_index, client.stuck, client.interrupted, client.capped = None, None, set(), set()
+        client.running_task = None
         run = {"start": time.time(), "cells": {}}
         timings["runs"].append(run)
 
