@@ -6,6 +6,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,9 +72,11 @@ def hostile_table() -> list[str]:
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
         inbox = Path(tmp) / "inbox" / A
         inbox.mkdir(parents=True)
-        for name, (content, *_rest) in cases().items():
-            path = inbox / f"{name}.ipynb"
-            path.write_bytes(content) if isinstance(content, bytes) else write(content, path)
+        with warnings.catch_warnings():     # nbformat warns about the duplicate_tests case: that is the case
+            warnings.simplefilter("ignore")
+            for name, (content, *_rest) in cases().items():
+                path = inbox / f"{name}.ipynb"
+                path.write_bytes(content) if isinstance(content, bytes) else write(content, path)
         results, seconds = _class_run(Path(tmp), workers=2, extra=["--cell-timeout", str(HOSTILE_CELL_TIMEOUT_S), "--submission-timeout", "240"])
         lines = [f"{'case':24s} {'expected':>8s} {'actual':>6s} {'flagged':>8s}  leaked  {'seconds':>7s}  (notebook + re-check)"]
         for r in results:

@@ -69,3 +69,27 @@ def test_known_wrong_implementations_fail_their_probes(assignment):
             # a cell that keeps its points in the notebook must pass its re-check too, or it would be flagged
             assert cell in wrong["loses"] or not verdict, \
                 f"{wrong['name']} fails the re-check of {cell}, which keeps its points in the notebook: {verdict}"
+
+
+def test_the_runner_ends_when_its_results_are_written_whatever_threads_the_student_left():
+    """A student cell that leaves a thread running (or an atexit hook waiting) must not hold the re-check
+    until its wall clock stops it: that would cost every such submission minutes and no result."""
+    assignment = "ch01_qkv_softmax"
+    lingering = ("import atexit, threading, time\n"
+                 "threading.Thread(target=time.sleep, args=(3600,)).start()\n"
+                 "atexit.register(time.sleep, 3600)\n")
+    cells = student_code_cells(submission(assignment))
+    cells.insert(1, lingering)
+    probes = probes_for(assignment)
+    inputs = {name: probe.inputs(torch.Generator().manual_seed(0)) for name, probe in probes.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        save_file({f"{name}.{key}": value.contiguous() for name, values in inputs.items()
+                   for key, value in values.items()}, str(work / "inputs.safetensors"))
+        (work / "code.json").write_text(json.dumps({"cells": cells, "probes": {n: p.code for n, p in probes.items()}}))
+        # generous: the run itself takes seconds, the threads it leaves behind an hour
+        run = subprocess.run([sys.executable, str(REPO / "autograde" / "sandbox_runner.py"), "probe", "code.json",
+                              "inputs.safetensors", ".", "60"], cwd=work, capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        for name, probe in probes.items():
+            assert compare(probe.reference(inputs[name]), load_file(str(work / f"{name}.safetensors")), probe) == ""
