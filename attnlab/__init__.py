@@ -5,7 +5,6 @@ Modules:
     attnlab.attention
     attnlab.causal_lm
     attnlab.decoder_layer
-    attnlab.decoder_masks
     attnlab.embeddings
     attnlab.encoder
     attnlab.encoder_layer

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from attnlab.attention import scaled_dot_product_attention
-from attnlab.decoder_masks import decoder_self_attention_mask
 from attnlab.feedforward import FeedForward
 from attnlab.kv_cache import KVCache
+from attnlab.masks import decoder_self_attention_mask
 from attnlab.multihead import merge_heads, split_heads
 from attnlab.norm import LayerNorm
 

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from attnlab.decoder_layer import DecoderLayer
-from attnlab.decoder_masks import decoder_self_attention_mask
 from attnlab.embeddings import Embeddings, EncoderConfig
 from attnlab.encoder import Encoder
+from attnlab.masks import decoder_self_attention_mask
 
 
 # cell 'transformer'

@@ -129,19 +129,16 @@ class Course:
         self._earlier_chapters_package()
 
     def _earlier_chapters_package(self) -> None:
-        from coursekit.exporting import read_export_cells
-        from coursekit.sync import chapter_notebooks
-        modules = set()
-        for notebook in chapter_notebooks(self.repo):
-            if notebook.parent.name >= self.assignment:
-                break
-            modules |= {t for cell in read_export_cells(notebook, self.repo) for t in cell.targets}
-        shutil.rmtree(self.package, ignore_errors=True)
-        (self.package / "attnlab").mkdir(parents=True)
-        (self.package / "attnlab" / "__init__.py").write_text('"""attnlab: the earlier chapters only."""\n')
-        for module in sorted(modules):
-            shutil.copyfile(self.repo / module, self.package / module)
+        """attnlab assembled from the export cells of the chapters before this one (not whole modules: a
+        module may grow over several chapters, and this chapter's part of it is the answer), and the
+        release's other files."""
         from autograde.config import ASSIGNMENT_FILES
+        from coursekit.sync import chapter_number, reference_package_before
+        shutil.rmtree(self.package, ignore_errors=True)
+        for rel, text in reference_package_before(chapter_number(self.assignment), self.repo,
+                                                  command="python -m autograde").items():
+            (self.package / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.package / rel).write_text(text, encoding="utf-8")
         (self.package / ASSIGNMENT_FILES).mkdir()
         for data in sorted((self.repo / "exercises" / self.assignment).iterdir()):
             if data.is_file() and data.suffix != ".ipynb":

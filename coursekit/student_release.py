@@ -20,8 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from coursekit.exporting import PACKAGE, assemble_modules, read_export_cells, reference_code
-from coursekit.sync import ROOT, chapter_notebooks, package_init
+from coursekit.sync import ROOT, chapter_notebooks, chapter_number, name_chapters, reference_package_before
 
 # The student side of the course tooling; coursekit/sync.py comes along because export.py uses two of its
 # helpers (it refuses to run without solutions/).
@@ -94,35 +93,21 @@ the exercises of the current chapter can build on it. Submit your notebook as yo
 """
 
 
-def _chapter(folder_name: str) -> int:
-    return int(folder_name[2:4])
-
-
-def reference_package_before(upto: int, root: Path = ROOT) -> dict[str, str]:
-    """{path: text} of attnlab assembled from the export cells of the chapters before `upto` only."""
-    cells = [cell for nb in chapter_notebooks(root) if _chapter(nb.parent.name) < upto
-             for cell in read_export_cells(nb, root)]
-    modules = assemble_modules(cells, reference_code, "The course's reference code of a chapter already graded.",
-                               command="make student-release") if cells else {}
-    modules[f"{PACKAGE}/__init__.py"] = package_init(sorted(modules), origin=f"the chapters before {upto}",
-                                                     command="make student-release")
-    return modules
-
-
-def module_chapters(root: Path = ROOT) -> dict[str, int]:
-    """{dotted attnlab module: the first chapter whose export cells write it}."""
-    found: dict[str, int] = {}
-    for notebook in chapter_notebooks(root):
-        for cell in read_export_cells(notebook, root):
-            for target in cell.targets:
-                found.setdefault(target[: -len(".py")].replace("/", "."), _chapter(notebook.parent.name))
-    return found
-
-
 def page_needs(page: Path, chapters: dict[str, int]) -> int:
-    """The latest chapter whose attnlab modules the page's code imports (0 if none)."""
-    imported = re.findall(r"(?:from|import)\s+(attnlab(?:\.\w+)+)", page.read_text(encoding="utf-8"))
-    return max((chapters.get(name, 99) for name in imported), default=0)
+    """The latest chapter whose attnlab code the page imports (0 if none). For `from attnlab.m import a, b`
+    it is the chapters that define a and b (a module may grow over several chapters); for `import attnlab.m`,
+    the last chapter that writes anything into m. An unknown name counts as not written yet (99)."""
+    text = page.read_text(encoding="utf-8")
+    needed = [0]
+    for module, names in re.findall(r"from\s+(attnlab(?:\.\w+)+)\s+import\s+(\([^)]*\)|[\w ,]+)", text):
+        for part in names.strip("()").split(","):
+            name = part.split("#")[0].split(" as ")[0].strip()
+            if name:
+                needed.append(chapters.get(f"{module}.{name}", 99))
+    for module in re.findall(r"^\s*import\s+(attnlab(?:\.\w+)+)", text, flags=re.M):
+        needed.append(max((c for name, c in chapters.items() if name == module or name.startswith(module + ".")),
+                          default=99))
+    return max(needed)
 
 
 def _toc(pages: list[str], exercises: list[str]) -> str:
@@ -148,11 +133,11 @@ def write_release(upto_name: str, out: Path, root: Path = ROOT) -> Path:
     if not re.fullmatch(r"ch\d\d(_[a-z0-9_]+)?", upto_name) or not matches:
         raise SystemExit(f"UPTO must name a chapter, such as ch03 or ch03_add_norm_ffn; the chapters are "
                          f"{', '.join(names)}")
-    upto = _chapter(matches[0])
-    chapters = module_chapters(root)
-    pages = [n for n in names if _chapter(n) < upto and (root / "book" / f"{n}.md").is_file()
+    upto = chapter_number(matches[0])
+    chapters = name_chapters(root)
+    pages = [n for n in names if chapter_number(n) < upto and (root / "book" / f"{n}.md").is_file()
              and page_needs(root / "book" / f"{n}.md", chapters) < upto]
-    exercises = [n for n in names if _chapter(n) <= upto]
+    exercises = [n for n in names if chapter_number(n) <= upto]
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -171,14 +156,14 @@ def write_release(upto_name: str, out: Path, root: Path = ROOT) -> Path:
     for name in exercises:
         shutil.copytree(root / "exercises" / name, out / "exercises" / name,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    for rel, text in reference_package_before(upto, root).items():
+    for rel, text in reference_package_before(upto, root, command="make student-release").items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(text)
     (out / "_toc.yml").write_text(_toc(pages, exercises))
     (out / "Makefile").write_text(MAKEFILE)
     (out / "README.md").write_text(README.format(
-        upto_title=matches[0], pages=", ".join(str(_chapter(n)) for n in pages) or "none",
-        exercises=", ".join(str(_chapter(n)) for n in exercises)))
+        upto_title=matches[0], pages=", ".join(str(chapter_number(n)) for n in pages) or "none",
+        exercises=", ".join(str(chapter_number(n)) for n in exercises)))
     return out
 
 

@@ -15,7 +15,7 @@ import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
-from coursekit.exporting import PACKAGE, assemble_modules, read_export_cells, reference_code
+from coursekit.exporting import PACKAGE, assemble_modules, defined_names, read_export_cells, reference_code
 from coursekit.release import changed_cells, same_learner_content, same_release
 from coursekit.workspace import rescue
 
@@ -37,12 +37,51 @@ def chapter_notebooks(root: Path = ROOT) -> list[Path]:
     return found
 
 
+def chapter_number(assignment: str) -> int:
+    """ch05_decoding -> 5."""
+    return int(assignment[2:4])
+
+
 def reference_package(root: Path = ROOT) -> dict[str, str]:
     """{path under the repository: text} of the reference attnlab."""
     cells = [cell for nb in chapter_notebooks(root) for cell in read_export_cells(nb, root)]
     modules = assemble_modules(cells, reference_code, "Edit the source notebook's `#| export` cells, then run `make sync`.")
     modules[f"{PACKAGE}/__init__.py"] = package_init(sorted(modules), origin="the reference solutions")
     return modules
+
+
+def reference_package_before(chapter: int, root: Path = ROOT, command: str = "make sync") -> dict[str, str]:
+    """{path: text} of attnlab assembled from the export cells of the chapters before `chapter` only.
+
+    A module may be written by several chapters (chapter 2 writes the padding and causal masks into
+    attnlab/masks.py, chapter 5 adds the masks with a past): this package holds the cells of the earlier
+    chapters and not one line of chapter `chapter` or later. The grading sandbox of a chapter and the student
+    copy of a class (make student-release) are built with it.
+    """
+    cells = [cell for nb in chapter_notebooks(root) if chapter_number(nb.parent.name) < chapter
+             for cell in read_export_cells(nb, root)]
+    modules = assemble_modules(cells, reference_code, f"The course's reference code of the chapters before {chapter}.",
+                               command=command) if cells else {}
+    modules[f"{PACKAGE}/__init__.py"] = package_init(sorted(modules), origin=f"the chapters before {chapter} only",
+                                                     command=command)
+    return modules
+
+
+def name_chapters(root: Path = ROOT) -> dict[str, int]:
+    """{dotted name: the chapter that defines it}: attnlab.masks.causal_mask -> 2, and each module -> the
+    first chapter that writes it (attnlab.masks -> 2)."""
+    found: dict[str, int] = {}
+    for notebook in chapter_notebooks(root):
+        chapter = chapter_number(notebook.parent.name)
+        for cell in read_export_cells(notebook, root):
+            names = defined_names(reference_code(cell))
+            for target in cell.targets:
+                module = target[: -len(".py")].replace("/", ".")
+                found.setdefault(module, chapter)
+                if len(cell.targets) == 1:          # a cell shared by several modules holds only imports
+                    for name in names:
+                        found.setdefault(f"{module}.{name}", chapter)
+    return found
 
 
 def package_init(module_paths: list[str], origin: str, command: str = "make sync") -> str:

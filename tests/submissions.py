@@ -53,3 +53,24 @@ def write(nb: nbformat.NotebookNode, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     nbformat.write(nb, path)
     return path
+
+
+MIN_ANSWER_CHARS = 20     # shorter lines (`return out`) are too common to mean anything
+
+
+def answer_lines(assignment: str) -> set[str]:
+    """Lines of the chapter's solution code and hidden tests that its release does not contain: what must
+    never reach a student before the chapter is graded."""
+    source = nbformat.read(REPO / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    released_lines = {line.strip() for cell in released(assignment).cells for line in cell.source.splitlines()}
+    lines = set()
+    for cell in source.cells:
+        text = cell.source
+        while "### BEGIN SOLUTION" in text:
+            _, text = text.split("### BEGIN SOLUTION", 1)
+            part, text = text.split("### END SOLUTION", 1)
+            lines |= {line.strip() for line in part.splitlines()}
+        if "### BEGIN HIDDEN TESTS" in cell.source:
+            lines |= {line.strip() for line in
+                      cell.source.split("### BEGIN HIDDEN TESTS", 1)[1].split("### END HIDDEN TESTS", 1)[0].splitlines()}
+    return {line for line in lines - released_lines if len(line) >= MIN_ANSWER_CHARS and not SOLUTION_MARKER.match(line)}

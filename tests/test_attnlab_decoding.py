@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.causal_lm import CausalLM, CausalLMConfig, CausalSelfAttention
-from attnlab.decoder_masks import causal_mask_with_past, decoder_self_attention_mask
+from attnlab.masks import causal_mask_with_past, decoder_self_attention_mask
 from attnlab.generation import generate
 from attnlab.kv_cache import KVCache
 from attnlab.sampling import filter_logits, next_token

@@ -10,31 +10,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from coursekit.exporting import SOLUTION_MARKER
 from coursekit.student_release import write_release
 from coursekit.sync import chapter_notebooks
-from submissions import REPO, solution_code
+from submissions import REPO, answer_lines, solution_code
 
 CHAPTERS = [nb.parent.name for nb in chapter_notebooks()]
-MIN_CHARS = 20     # shorter lines (`return out`) are too common to mean anything
-
-
-def _answers(assignment: str) -> set[str]:
-    """Lines of the chapter's solution code and hidden tests that its release does not contain."""
-    source = nbformat.read(REPO / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
-    release = nbformat.read(REPO / "exercises" / assignment / f"{assignment}.ipynb", as_version=4)
-    released = {line.strip() for cell in release.cells for line in cell.source.splitlines()}
-    lines = set()
-    for cell in source.cells:
-        text = cell.source
-        while "### BEGIN SOLUTION" in text:
-            _, text = text.split("### BEGIN SOLUTION", 1)
-            part, text = text.split("### END SOLUTION", 1)
-            lines |= {line.strip() for line in part.splitlines()}
-        if "### BEGIN HIDDEN TESTS" in cell.source:
-            lines |= {line.strip() for line in
-                      cell.source.split("### BEGIN HIDDEN TESTS", 1)[1].split("### END HIDDEN TESTS", 1)[0].splitlines()}
-    return {line for line in lines - released if len(line) >= MIN_CHARS and not SOLUTION_MARKER.match(line)}
 
 
 def _text_files(folder: Path):
@@ -50,7 +30,7 @@ def _text_files(folder: Path):
 def test_the_copy_holds_no_answer_of_its_chapter_or_later(tmp_path, upto):
     out = write_release(upto[:4], tmp_path / "copy")
     later = [a for a in CHAPTERS if a >= upto]
-    answers = {line: a for a in later for line in _answers(a)}
+    answers = {line: a for a in later for line in answer_lines(a)}
     assert answers
     files = dict(_text_files(out))
     leaks = [f"{path.relative_to(out)}: {line!r} ({answers[line]})" for path, text in files.items()
@@ -125,6 +105,6 @@ def test_the_leak_check_finds_an_answer_put_into_a_copy(tmp_path):
     """The check above can fail: the full reference module of chapter 3 in a ch03 copy is found."""
     out = write_release("ch03", tmp_path / "copy")
     (out / "attnlab" / "norm.py").write_text((REPO / "attnlab" / "norm.py").read_text())
-    answers = _answers("ch03_add_norm_ffn")
+    answers = answer_lines("ch03_add_norm_ffn")
     found = [line for line in answers if line in (out / "attnlab" / "norm.py").read_text()]
     assert found, "chapter 3's reference norm.py must contain chapter 3's solution lines"

@@ -1,7 +1,7 @@
 # cell: causal_mask_with_past
 # loses: test_causal_mask_with_past
 # why: top-left-aligned triangle: during a decoding step the new query sees only the first cached key
-#| export attnlab/decoder_masks.py
+#| export attnlab/masks.py
 def causal_mask_with_past(t_new: int, past: int = 0, device: torch.device | None = None) -> torch.Tensor:
     """(t_new, past + t_new) bool mask: new query i (absolute position past + i) may see keys 0 .. past + i."""
     if t_new < 1 or past < 0:
