@@ -1,51 +1,24 @@
-"""nbgrader settings for this repository, in one place.
-
-source = solutions/, release = exercises/; the runtime folders (submitted/, autograded/, feedback/,
-gradebook.db) live under a workspace folder, autograde/ by default, and are git-ignored.
-"""
+"""nbgrader settings for grading: the repository's layout (coursekit/layout.py) and the grader's own steps."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-from traitlets.config import Config
+from coursekit.layout import DEFAULT_WORKSPACE, REPO_ROOT
+from coursekit.layout import nbgrader_config as layout_config
 
-# nbgrader runs the `alembic` and `jupyter` commands by name: make this interpreter's own ones found first,
-# even when the virtual environment is not activated.
-_BIN = str(Path(sys.executable).parent)
-if os.environ.get("PATH", "").split(os.pathsep)[0] != _BIN:
-    os.environ["PATH"] = _BIN + os.pathsep + os.environ.get("PATH", "")
+__all__ = ["DEFAULT_WORKSPACE", "REPO_ROOT", "CELL_TIMEOUT_S", "nbgrader_config", "grading_config"]
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_WORKSPACE = REPO_ROOT / "autograde"
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 # Seconds one cell may run while grading before it is interrupted (nbgrader's Execute preprocessor).
 CELL_TIMEOUT_S = int(os.environ.get("AUTOGRADE_CELL_TIMEOUT", "60"))
-CODE_STUB = "# YOUR CODE HERE\nraise NotImplementedError()"
 
 
 def nbgrader_config(workspace: Path = DEFAULT_WORKSPACE, source_root: Path = REPO_ROOT,
-                    release_root: Path = REPO_ROOT) -> Config:
-    """A traitlets Config for nbgrader with this repository's layout.
-
-    nbgrader resolves every folder as root/<folder>/<assignment>/, so source and release are given
-    relative to the workspace (which becomes nbgrader's course root).
-    """
-    workspace = Path(workspace).resolve()
-    workspace.mkdir(parents=True, exist_ok=True)  # nbgrader's gradebook folder must exist beforehand
-    c = Config()
-    c.CourseDirectory.root = str(workspace)
-    c.CourseDirectory.source_directory = os.path.relpath(Path(source_root).resolve() / "solutions", workspace)
-    c.CourseDirectory.release_directory = os.path.relpath(Path(release_root).resolve() / "exercises", workspace)
-    c.CourseDirectory.autograded_directory = "autograded"
-    c.CourseDirectory.feedback_directory = "feedback"
-    c.CourseDirectory.db_url = f"sqlite:///{workspace / 'gradebook.db'}"
-    c.CourseDirectory.course_id = "attention-course"
-    c.ClearSolutions.code_stub = {"python": CODE_STUB}
-    c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
-    c.CourseDirectory.submitted_directory = "submitted"
+                    release_root: Path = REPO_ROOT):
+    """The repository's layout, with the grader's cell timeout (the plain `nbgrader` command uses this too)."""
+    c = layout_config(workspace, source_root, release_root)
     c.Execute.timeout = CELL_TIMEOUT_S
     c.Execute.interrupt_on_timeout = True
     c.Execute.execute_retries = 0

@@ -35,7 +35,8 @@ _CONTEXT.set_forkserver_preload(PRELOAD)
 def _child(args: list[str], log_path: str) -> None:
     """In the forked child: a session of its own (so a timeout kills everything it started), output to the log."""
     os.setsid()
-    os.chdir(Path(__file__).resolve().parents[1])
+    from coursekit.layout import REPO_ROOT
+    os.chdir(REPO_ROOT)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(log, 1)
     os.dup2(log, 2)

@@ -9,10 +9,9 @@ import time
 import warnings
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from submissions import known_wrong, released, submission, write  # noqa: E402
+from coursekit.layout import REPO_ROOT as REPO
+from tests.hostile_cases import cases, hidden_lines
+from tests.submissions import known_wrong, released, submission, write
 
 A = "ch01_qkv_softmax"
 HOSTILE_CELL_TIMEOUT_S = 10     # the slow cases cost a few cell timeouts each: shorter than grading's 60 s
@@ -67,8 +66,7 @@ def breakdown(results: list[dict]) -> list[str]:
 
 
 def hostile_table() -> list[str]:
-    from test_hostile import _hidden_lines, cases
-    hidden = _hidden_lines()
+    hidden = hidden_lines()
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
         inbox = Path(tmp) / "inbox" / A
         inbox.mkdir(parents=True)

@@ -9,10 +9,8 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
-
-from submissions import released, submission  # noqa: E402
+from coursekit.layout import REPO_ROOT as REPO
+from tests.submissions import released, submission
 
 ASSIGNMENT = "ch01_qkv_softmax"
 

@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from coursekit.layout import REPO_ROOT as REPO
 
 
 def _build(out: Path) -> float:

@@ -14,9 +14,9 @@ import socket
 import sys
 from pathlib import Path
 
+from coursekit.layout import REPO_ROOT as ROOT
 from coursekit.workspace import WORK, ensure_work
 
-ROOT = Path(__file__).resolve().parents[1]
 STUDENT_CONFIG = Path(__file__).resolve().parent / "jupyter_student"
 DEFAULT_PORT = 8888
 

@@ -25,8 +25,8 @@ from coursekit.sync import ROOT, chapter_notebooks, chapter_number, name_chapter
 # The student side of the course tooling; coursekit/sync.py comes along because export.py uses two of its
 # helpers (it refuses to run without solutions/).
 TOOLING = ["coursekit/__init__.py", "coursekit/lab.py", "coursekit/export.py", "coursekit/exporting.py",
-           "coursekit/workspace.py", "coursekit/release.py", "coursekit/sync.py", "coursekit/system_packages.sh",
-           "coursekit/jupyter_student"]
+           "coursekit/workspace.py", "coursekit/release.py", "coursekit/sync.py", "coursekit/layout.py",
+           "coursekit/system_packages.sh", "coursekit/jupyter_student"]
 TOP_LEVEL = ["requirements.txt", "_config.yml", "_static", ".gitignore"]
 
 MAKEFILE = """# The student copy of the course (made by `make student-release`): read, practise, export.

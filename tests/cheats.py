@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import nbformat
 
-from submissions import known_wrong, solution_code, submission
+from tests.submissions import known_wrong, solution_code, submission
 
 # Makes IPython run `pass` instead of every later cell, tests included.
 INPUT_TRANSFORMER = "get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])\n"

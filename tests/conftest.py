@@ -8,7 +8,7 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+from coursekit.layout import REPO_ROOT as REPO  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +21,7 @@ def graded(tmp_path_factory):
     """graded(assignment) -> {student id: result}: each chapter's solution, untouched release, known-wrong
     implementations and cheats (grading.chapter_submissions), graded once per test session in one CLI call,
     on first use, for every test module that checks grading."""
-    from grading import grade_chapter
+    from tests.grading import grade_chapter
     cache: dict[str, dict] = {}
 
     def get(assignment: str) -> dict[str, dict]:

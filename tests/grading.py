@@ -8,8 +8,8 @@ from pathlib import Path
 
 import nbformat
 
-from cheats import cheat_submissions
-from submissions import REPO, known_wrong, released, submission, write
+from tests.cheats import cheat_submissions
+from tests.submissions import REPO, known_wrong, released, submission, write
 
 CELL_TIMEOUT_S = 20
 

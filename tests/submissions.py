@@ -8,7 +8,8 @@ import nbformat
 
 from coursekit.exporting import SOLUTION_MARKER
 
-REPO = Path(__file__).resolve().parents[1]
+from coursekit.layout import REPO_ROOT as REPO
+
 KNOWN_WRONG = REPO / "tests" / "known_wrong"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from browser import browser, serve
+from tests.browser import browser, serve
 
 CHAPTERS = ["book/ch01_qkv_softmax", "book/ch02_multihead", "book/ch03_add_norm_ffn", "book/ch04_encoder",
             "book/ch05_decoding", "book/ch06_decoder"]

@@ -1,11 +1,10 @@
 """`make export`: a student's completed exercise notebooks become an importable attnlab of their own."""
-import shutil
 import subprocess
 import sys
 
 import nbformat
 
-from submissions import REPO, released, submission
+from tests.submissions import REPO, released, submission
 
 ASSIGNMENT = "ch01_qkv_softmax"
 

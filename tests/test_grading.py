@@ -9,8 +9,8 @@ import re
 import pytest
 
 from coursekit.sync import chapter_notebooks
-from grading import cells
-from submissions import known_wrong, released, solution_code
+from tests.grading import cells
+from tests.submissions import known_wrong, released, solution_code
 
 ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
 HIDDEN_MARK = "### BEGIN HIDDEN TESTS"

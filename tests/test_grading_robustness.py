@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grading import cells, grade_files
-from submissions import REPO, known_wrong, released, submission, write
+from tests.grading import cells, grade_files
+from tests.submissions import REPO, known_wrong, released, submission, write
 
 A = "ch01_qkv_softmax"
 WRONG = {w["name"]: w for w in known_wrong(A)}
@@ -82,7 +82,7 @@ def test_known_wrong_caught_only_by_hidden_tests_still_loses(graded):
 
 
 def test_feedback_math_renders_offline_in_a_browser(graded, repo):
-    from browser import browser
+    from tests.browser import browser
 
     feedback = Path(graded["wrong_sdpa_inverted_mask"]["feedback"])
     with browser() as b:

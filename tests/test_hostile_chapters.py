@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from cheats import HIDDEN_BEHIND_PATCHES, patched_wrong
+from tests.cheats import HIDDEN_BEHIND_PATCHES, patched_wrong
 from coursekit.sync import chapter_notebooks
-from grading import cells
+from tests.grading import cells
 
 ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
 

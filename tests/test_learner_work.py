@@ -19,8 +19,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from browser import ARGS, CHROMIUM
-from submissions import REPO, solution_code
+from tests.browser import ARGS, CHROMIUM
+from tests.submissions import REPO, solution_code
 
 ASSIGNMENT = "ch01_qkv_softmax"
 NOTEBOOK = f"{ASSIGNMENT}/{ASSIGNMENT}.ipynb"

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from autograde.recheck import student_code_cells
 from autograde.rechecks import compare, probes_for
 from coursekit.sync import chapter_notebooks
-from submissions import REPO, known_wrong, submission
+from tests.submissions import REPO, known_wrong, submission
 
 WITH_PROBES = [nb.parent.name for nb in chapter_notebooks() if probes_for(nb.parent.name)]
 

@@ -7,7 +7,7 @@ import pytest
 from autograde.grading import Course
 from coursekit.exporting import defined_names
 from coursekit.sync import chapter_notebooks, chapter_number, name_chapters
-from submissions import answer_lines
+from tests.submissions import answer_lines
 
 CHAPTERS = [nb.parent.name for nb in chapter_notebooks()]
 

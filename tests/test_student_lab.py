@@ -17,7 +17,7 @@ import pytest
 from coursekit.lab import command
 from coursekit.sync import chapter_notebooks
 from coursekit.workspace import ensure_work
-from submissions import REPO, released, submission
+from tests.submissions import REPO, released, submission
 
 ASSIGNMENT = "ch01_qkv_softmax"
 ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]

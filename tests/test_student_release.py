@@ -12,7 +12,7 @@ import pytest
 
 from coursekit.student_release import write_release
 from coursekit.sync import chapter_notebooks
-from submissions import REPO, answer_lines, solution_code
+from tests.submissions import REPO, answer_lines, solution_code
 
 CHAPTERS = [nb.parent.name for nb in chapter_notebooks()]
 

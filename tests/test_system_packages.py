@@ -7,7 +7,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "coursekit" / "system_packages.sh"
+from coursekit.layout import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "coursekit" / "system_packages.sh"
 PACKAGES = "chromium bubblewrap fonts-wqy-microhei"
 
 
@@ -55,5 +57,5 @@ def test_nothing_missing_means_nothing_to_do(tmp_path):
 
 
 def test_ci_keeps_no_install_logic_of_its_own():
-    ci = (SCRIPT.parents[1] / ".ci" / "run").read_text()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
     assert "apt-get" not in ci and "make test" in ci

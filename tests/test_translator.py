@@ -11,7 +11,7 @@ from attnlab.translator_training import (TrainingConfig, exact_match, load_trans
 from attnlab.transformer import Transformer
 from attnlab.zh_en import HELD_OUT_NUMBER_NOUN, HELD_OUT_SUBJECT_VERB, make_sentences, make_splits
 
-from submissions import REPO
+from tests.submissions import REPO
 
 CHECKPOINT = REPO / "solutions" / "ch06_decoder" / "translator_zh_en.pt"
 

@@ -1,0 +1,190 @@
+"""Chapter 1's hostile and broken submissions, each with the score it must get (tests/test_hostile.py grades
+them as a class; `python -m bench class` prints the same table). Max score 16: test_softmax_np 3,
+test_softmax 3, test_softmax_masked 2, test_attention_scores 2, test_sdpa 3, test_sdpa_mask 3.
+"""
+from __future__ import annotations
+
+import json
+
+import nbformat
+
+from tests.submissions import REPO, known_wrong, released, solution_code, submission
+
+A = "ch01_qkv_softmax"
+REF = solution_code(A)
+WRONG = {w["name"]: w for w in known_wrong(A)}
+STUBS = {gid: f"#| export attnlab/softmax.py\n" for gid in REF}       # every exercise left empty
+
+
+def after(gid: str, code: str) -> dict[str, str]:
+    """The correct solution of cell `gid`, followed by hostile code."""
+    return {gid: REF[gid] + "\n" + code}
+
+
+def with_added_cell(code: str) -> nbformat.NotebookNode:
+    """The complete solution with one more top-level cell of the student's own, after the imports."""
+    nb = submission(A)
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(first_code + 1, nbformat.v4.new_code_cell(code))
+    return nb
+
+
+def uniform_softmax_np_with(cheat: str) -> dict[str, str]:
+    """A wrong softmax_np (uniform weights: finite, right shape and dtype) behind a cheat."""
+    return {"softmax_np": cheat + "\n#| export attnlab/softmax.py\n"
+            "def softmax_np(x, axis=-1):\n    x = np.asarray(x, dtype=np.result_type(x, np.float64) if np.asarray(x).dtype.kind in 'iub' else np.asarray(x).dtype)\n"
+            "    return (np.ones_like(x) / x.shape[axis]).astype(x.dtype)\n"}
+
+
+PROBE_READS = """
+import os, glob
+for path in [%r, %r, %r, %r, %r]:
+    try:
+        open(path).read(); print("READ", path)
+    except Exception as exc:
+        print("NOT FOUND", path, type(exc).__name__)
+found = []
+for root in ("/tmp", "/work", "/root", "/home", "/srv", "/opt"):
+    for folder, subfolders, files in os.walk(root):
+        # the read-only Python environment is mounted in; everything else of the course must be absent
+        subfolders[:] = [d for d in subfolders if d not in (".venv", ".pyenv", "site-packages")]
+        found += [os.path.join(folder, f) for f in files
+                  if f in ("gradebook.db", "ch01_qkv_softmax.ipynb", "grades.csv") or "solutions" in folder]
+print("FOUND", found[:5])
+try:
+    import attnlab.softmax; print("IMPORTED the reference")
+except ImportError:
+    print("reference not importable")
+"""
+
+WRITES = """
+import os
+for path in [%r, %r, "/etc/hacked", "/usr/lib/hacked", "../../escape.txt"]:
+    try:
+        open(path, "w").write("x"); print("WROTE", path)
+    except Exception as exc:
+        print("REFUSED", path, type(exc).__name__)
+"""
+
+ECHO = """
+_real_softmax_np = softmax_np
+def softmax_np(x, axis=-1):
+    import base64
+    source = get_ipython().user_ns["_ih"][-1]
+    print(source)
+    print(base64.b64encode(source.encode()).decode())
+    return _real_softmax_np(x, axis)
+"""
+
+
+def cases() -> dict[str, tuple]:
+    """name -> (notebook or bytes, expected score, must be flagged, note substring expected in the result)."""
+    other_student = str(REPO / "autograde" / "submitted" / "alice" / A / f"{A}.ipynb")
+    reads = PROBE_READS % (str(REPO / "solutions" / A / f"{A}.ipynb"), str(REPO / "autograde" / "gradebook.db"),
+                           other_student, "/root/.bash_history", str(REPO / "attnlab" / "softmax.py"))
+    writes = WRITES % (str(REPO / "attnlab" / "softmax.py"), str(REPO / "autograde" / "grades.csv"))
+    tamper_meta = submission(A, {WRONG["sdpa_inverted_mask"]["cell"]: WRONG["sdpa_inverted_mask"]["code"]})
+    for cell in tamper_meta.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("grade_id") == "test_sdpa_mask":
+            meta.update(points=100, locked=False, checksum="0" * 32)
+            cell.source = "pass"
+        if meta.get("grade_id") == "test_sdpa":
+            meta["grade_id"] = "renamed"
+    reordered = submission(A)
+    reordered.cells.reverse()
+    duplicated = submission(A)
+    duplicated.cells += [c for c in duplicated.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    v3 = json.loads(nbformat.writes(released(A)))
+    v3["nbformat"] = 3
+    other_assignment = nbformat.read(REPO / "exercises" / "ch02_multihead" / "ch02_multihead.ipynb", as_version=4)
+    return {
+        "solution": (submission(A), 16, False, None),
+        "untouched": (released(A), 0, False, None),
+        # runaway resources
+        "infinite_loop": (submission(A, after("softmax_np", "while True:\n    pass")), 16, False, None),
+        "memory_bomb": (submission(A, after("softmax", "import numpy\n# reserved, not touched: the address-space limit stops it at once, however loaded the machine\n"
+                                           "hog = [numpy.empty(2**30, dtype=numpy.uint8) for _ in range(64)]")), 16, False, None),
+        "output_flood": (submission(A, after("softmax_np", "for _ in range(10**8):\n    print('x' * 200)")), 16, False, None),
+        "fork_bomb": (submission(A, after("softmax_np",
+                      "import os, time\nfor _ in range(100000):\n    try:\n        pid = os.fork()\n"
+                      "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n        os._exit(0)")),
+                      16, False, None),
+        # a slow or endless cell of the student's own costs its own time only, never the grade or a flag
+        "file_system_walk": (with_added_cell("import glob\nfound = glob.glob('/**/*.ipynb', recursive=True)\n"
+                                             "len(found)"), 16, False, None),
+        "sleep_forever": (with_added_cell("import time\ntime.sleep(10**6)"), 16, False, None),
+        "ignores_interrupt": (with_added_cell("import time\nwhile True:\n    try:\n        time.sleep(100)\n"
+                                              "    except KeyboardInterrupt:\n        pass"), 16, False, None),
+        "background_sleep": (submission(A, after("softmax_np",
+                             "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,)).start()")),
+                             16, False, None),
+        # killing the kernel
+        "sys_exit": (submission(A, after("attention_scores", "import sys\nsys.exit(3)")), 16, False, None),
+        "os_exit": (submission(A, {"attention_scores": "import os\nos._exit(1)"}), 8, False, None),
+        # the killing cell is skipped and the notebook rerun: the later, independent exercises keep their points
+        "os_exit_after_def": (submission(A, after("softmax_np", "import os\nos._exit(1)")), 13, False, None),
+        "kill_self": (submission(A, {"attention_scores": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"}),
+                      8, False, None),
+        # tampering with test cells
+        "delete_test": (_without(submission(A), "test_softmax_np"), 16, False, "was deleted"),
+        "edit_tests_and_metadata": (tamper_meta, 13, False, "was edited"),
+        "reorder_cells": (reordered, 16, False, None),
+        "duplicate_tests": (duplicated, 16, False, "appears 2 times"),
+        # faking a pass: wrong code behind a cheat must score 0 on that exercise, and be flagged
+        "patch_comparisons": (submission(A, uniform_softmax_np_with(
+            "import numpy, numpy.testing, torch, torch.testing, builtins\n"
+            "numpy.testing.assert_allclose = numpy.testing.assert_array_equal = lambda *a, **k: None\n"
+            "numpy.allclose = torch.allclose = lambda *a, **k: True\n"
+            "torch.testing.assert_close = lambda *a, **k: None")), 13, True, None),
+        "always_equal_tensor": (submission(A, {"attention_scores": REF["attention_scores"].replace(
+            "return q @ k.transpose(-2, -1) / math.sqrt(d_k)",
+            "class Yes(torch.Tensor):\n        def __eq__(self, other):\n            return True\n"
+            "    torch.testing.assert_close = lambda *a, **k: None\n"
+            "    return torch.zeros(*q.shape[:-1], k.shape[-2], dtype=q.dtype).as_subclass(Yes)")}),
+                                None, True, None),
+        "input_transformer": (submission(A, {**STUBS, "softmax_np":
+            "get_ipython().input_transformers_post.append(lambda lines: ['pass\\n'])"}), 0, True, None),
+        "patched_run_cell": (submission(A, {**STUBS, "softmax_np":
+            "ip = get_ipython()\n_orig = ip.run_cell\nip.run_cell = lambda raw_cell, *a, **k: _orig('pass', *a, **k)"}),
+            0, True, None),
+        "swallow_exceptions": (submission(A, {**STUBS, "softmax_np":
+            "get_ipython().set_custom_exc((BaseException,), lambda shell, etype, evalue, tb, tb_offset=None: None)"}),
+            0, True, None),
+        "settrace_skip_asserts": (submission(A, uniform_softmax_np_with(
+            "import sys\ndef _skip(frame, event, arg):\n    return _skip\nsys.settrace(_skip)")), 13, None, None),
+        # reading what it must not, and echoing hidden tests
+        "read_forbidden_files": (submission(A, after("softmax_np", reads)), 16, False, None),
+        "import_reference": (submission(A, {"softmax_np": "from attnlab.softmax import softmax_np"}), 13, False, None),
+        # its softmax_np needs IPython to run, so it fails the plain-Python re-check: 0 for that exercise, flagged
+        "echo_hidden_tests": (submission(A, after("softmax_np", ECHO)), 13, True, None),
+        # reaching outside
+        "write_outside": (submission(A, after("softmax_np", writes)), 16, False, None),
+        "network": (submission(A, after("softmax_np",
+            "import socket\nfor host in [('1.1.1.1', 80), ('127.0.0.1', 22)]:\n    try:\n"
+            "        socket.create_connection(host, timeout=3); print('CONNECTED', host)\n"
+            "    except OSError as exc:\n        print('BLOCKED', host, type(exc).__name__)")), 16, False, None),
+        # broken files
+        "invalid_json": (b'{"cells": [', 0, False, "not valid notebook JSON"),
+        "nbformat_3": (json.dumps(v3).encode(), 0, False, "nbformat version 3"),
+        "not_utf8": (b'{"cells": [], "nbformat": 4, "x": "\xff\xfe"}', 0, False, "not UTF-8"),
+        "other_assignment": (other_assignment, 0, False, "another assignment"),
+        "empty_file": (b"", 0, False, "empty"),
+    }
+
+
+def _without(nb, grade_id):
+    nb.cells = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") != grade_id]
+    return nb
+
+
+def hidden_lines() -> set[str]:
+    """Lines of chapter 1's hidden tests that its release does not show (none may reach a feedback page)."""
+    source = nbformat.read(REPO / "solutions" / A / f"{A}.ipynb", as_version=4)
+    visible = {line.strip() for c in released(A).cells for line in c.source.splitlines()}
+    lines = set()
+    for cell in source.cells:
+        if "### BEGIN HIDDEN TESTS" in cell.source:
+            hidden = cell.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
+            lines |= {line.strip() for line in hidden.splitlines() if len(line.strip()) > 25}
+    return lines - visible
