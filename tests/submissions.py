@@ -1,7 +1,7 @@
 """Build student submissions for grading tests: the released notebook with chosen solution cells filled in."""
 from __future__ import annotations
 
-import re
+import tomllib
 from pathlib import Path
 
 import nbformat
@@ -37,16 +37,38 @@ def submission(assignment: str, replace: dict[str, str] | None = None, complete:
     return nb
 
 
+class KnownWrongError(ValueError):
+    """A known-wrong entry does not apply to the current solution: fix the entry, not the solution."""
+
+
 def known_wrong(assignment: str) -> list[dict]:
-    """The known-wrong implementations of an assignment, with the cells each must lose points in."""
+    """The known-wrong implementations of an assignment (tests/known_wrong/<assignment>.toml), each with the
+    cells it must lose points in and its code: the reference solution of its cell with its edits applied.
+
+    Each edit replaces `old` by `new`, and `old` must occur exactly once in the cell, so that an edit that no
+    longer fits the solution (the solution changed) fails here, by name, instead of testing something else.
+    """
+    path = KNOWN_WRONG / f"{assignment}.toml"
+    if not path.is_file():
+        return []
+    solutions = solution_code(assignment)
     found = []
-    for path in sorted((KNOWN_WRONG / assignment).glob("*.py")):
-        text = path.read_text()
-        header = dict(re.findall(r"^# (cell|loses|why|says): (.*)$", text, flags=re.M))
-        body = "\n".join(line for line in text.splitlines() if not re.match(r"^# (cell|loses|why|says|     )", line))
+    for name, entry in tomllib.loads(path.read_text(encoding="utf-8")).items():
+        if entry.get("cell") not in solutions:
+            raise KnownWrongError(f"{path.name} [{name}]: cell {entry.get('cell')!r} is not a solution cell of "
+                                  f"{assignment} (they are {', '.join(solutions)})")
+        code = solutions[entry["cell"]]
+        for number, edit in enumerate(entry.get("edit", []), 1):
+            count = code.count(edit["old"])
+            if count != 1:
+                raise KnownWrongError(f"{path.name} [{name}], edit {number}: its `old` text occurs {count} times in "
+                                      f"the solution of cell {entry['cell']!r}, not once:\n{edit['old']}")
+            code = code.replace(edit["old"], edit["new"])
+        if code == solutions[entry["cell"]]:
+            raise KnownWrongError(f"{path.name} [{name}]: no edit, so it is the solution itself")
         # says: text the feedback of the first cell in `loses` must show (the mistake named for the student)
-        found.append({"name": path.stem, "cell": header["cell"], "loses": header["loses"].split(),
-                      "why": header["why"], "says": header.get("says", ""), "code": body.strip() + "\n"})
+        found.append({"name": name, "cell": entry["cell"], "loses": list(entry["loses"]), "why": entry["why"],
+                      "says": entry.get("says", ""), "code": code.strip() + "\n"})
     return found
 
 
