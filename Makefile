@@ -79,7 +79,7 @@ bench: $(STAMP)
 # The checkpoint lives next to chapter 6's source notebook; `make sync` releases it with the exercises.
 TRANSLATOR := solutions/ch06_decoder/translator_zh_en.pt
 train: $(STAMP)
-	$(PY) -m attnlab.translator_training --out $(TRANSLATOR)
+	$(PY) -m attnlab.translator.training --out $(TRANSLATOR)
 	$(MAKE) sync
 
 UPTO ?=

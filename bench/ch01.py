@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from attnlab.attention import scaled_dot_product_attention
+from attnlab.layers.attention import scaled_dot_product_attention
 from bench.timing import medians
 
 

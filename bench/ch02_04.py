@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from attnlab.minilm import load_minilm, minilm_path
-from attnlab.multihead import MultiHeadAttention
+from attnlab.weights.minilm import load_minilm, minilm_path
+from attnlab.layers.multihead import MultiHeadAttention
 from bench.timing import medians
 
 

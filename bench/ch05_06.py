@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import torch
 
-from attnlab.causal_lm import CausalLM, CausalLMConfig
-from attnlab.generation import generate
+from attnlab.models.causal_lm import CausalLM, CausalLMConfig
+from attnlab.decoding.generation import generate
 
 
 def _tokens_per_second(model, prompt, n: int, **kwargs) -> tuple[float, object]:
@@ -39,7 +39,7 @@ def _against_gpt2_generate() -> str:
     import transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from attnlab.gpt2 import load_gpt2
+    from attnlab.weights.gpt2 import load_gpt2
     transformers.utils.logging.set_verbosity_error()
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(vocab_size=1000, n_positions=512, n_embd=256, n_layer=4, n_head=8,
@@ -68,8 +68,8 @@ def _against_gpt2_generate() -> str:
 
 
 def _translator() -> list[str]:
-    import attnlab.translator_training as training
-    from attnlab.translator_training import TrainingConfig, train_and_evaluate
+    import attnlab.translator.training as training
+    from attnlab.translator.training import TrainingConfig, train_and_evaluate
 
     torch.set_num_threads(2)
     lines = []

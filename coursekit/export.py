@@ -15,8 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from coursekit.exporting import PACKAGE, ExportError, assemble_modules, read_export_cells, student_code
-from coursekit.sync import ROOT, package_init
+from coursekit.exporting import PACKAGE, ExportError, assemble_modules, package_inits, read_export_cells, student_code
+from coursekit.sync import ROOT
 from coursekit.workspace import WORK, ensure_work
 
 
@@ -35,9 +35,7 @@ def student_package(exercises: Path, root: Path = ROOT) -> dict[str, str]:
         modules = assemble_modules(cells, lambda c: student_code(c, chapters[c]),
                                    "Your own code: edit your exercise notebook, then run `make export` again.",
                                    command="make export")
-    modules[f"{PACKAGE}/__init__.py"] = package_init(sorted(modules), origin="your exercise notebooks",
-                                                     command="make export")
-    return modules
+    return modules | package_inits(cells, sorted(modules), origin="your exercise notebooks", command="make export")
 
 
 def main(argv: list[str] | None = None) -> int:

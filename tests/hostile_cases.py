@@ -13,7 +13,7 @@ from tests.submissions import REPO, known_wrong, released, solution_code, submis
 A = "ch01_qkv_softmax"
 REF = solution_code(A)
 WRONG = {w["name"]: w for w in known_wrong(A)}
-STUBS = {gid: f"#| export attnlab/softmax.py\n" for gid in REF}       # every exercise left empty
+STUBS = {gid: f"#| export attnlab/layers/softmax.py\n" for gid in REF}       # every exercise left empty
 
 
 def after(gid: str, code: str) -> dict[str, str]:
@@ -31,7 +31,7 @@ def with_added_cell(code: str) -> nbformat.NotebookNode:
 
 def uniform_softmax_np_with(cheat: str) -> dict[str, str]:
     """A wrong softmax_np (uniform weights: finite, right shape and dtype) behind a cheat."""
-    return {"softmax_np": cheat + "\n#| export attnlab/softmax.py\n"
+    return {"softmax_np": cheat + "\n#| export attnlab/layers/softmax.py\n"
             "def softmax_np(x, axis=-1):\n    x = np.asarray(x, dtype=np.result_type(x, np.float64) if np.asarray(x).dtype.kind in 'iub' else np.asarray(x).dtype)\n"
             "    return (np.ones_like(x) / x.shape[axis]).astype(x.dtype)\n"}
 
@@ -52,7 +52,7 @@ for root in ("/tmp", "/work", "/root", "/home", "/srv", "/opt"):
                   if f in ("gradebook.db", "ch01_qkv_softmax.ipynb", "grades.csv") or "solutions" in folder]
 print("FOUND", found[:5])
 try:
-    import attnlab.softmax; print("IMPORTED the reference")
+    import attnlab.layers.softmax; print("IMPORTED the reference")
 except ImportError:
     print("reference not importable")
 """
@@ -81,8 +81,8 @@ def cases() -> dict[str, tuple]:
     """name -> (notebook or bytes, expected score, must be flagged, note substring expected in the result)."""
     other_student = str(REPO / "autograde" / "submitted" / "alice" / A / f"{A}.ipynb")
     reads = PROBE_READS % (str(REPO / "solutions" / A / f"{A}.ipynb"), str(REPO / "autograde" / "gradebook.db"),
-                           other_student, "/root/.bash_history", str(REPO / "attnlab" / "softmax.py"))
-    writes = WRITES % (str(REPO / "attnlab" / "softmax.py"), str(REPO / "autograde" / "grades.csv"))
+                           other_student, "/root/.bash_history", str(REPO / "attnlab" / "layers" / "softmax.py"))
+    writes = WRITES % (str(REPO / "attnlab" / "layers" / "softmax.py"), str(REPO / "autograde" / "grades.csv"))
     tamper_meta = submission(A, {WRONG["sdpa_inverted_mask"]["cell"]: WRONG["sdpa_inverted_mask"]["code"]})
     for cell in tamper_meta.cells:
         meta = cell.metadata.get("nbgrader", {})
@@ -155,7 +155,7 @@ def cases() -> dict[str, tuple]:
             "import sys\ndef _skip(frame, event, arg):\n    return _skip\nsys.settrace(_skip)")), 13, None, None),
         # reading what it must not, and echoing hidden tests
         "read_forbidden_files": (submission(A, after("softmax_np", reads)), 16, False, None),
-        "import_reference": (submission(A, {"softmax_np": "from attnlab.softmax import softmax_np"}), 13, False, None),
+        "import_reference": (submission(A, {"softmax_np": "from attnlab.layers.softmax import softmax_np"}), 13, False, None),
         # its softmax_np needs IPython to run, so it fails the plain-Python re-check: 0 for that exercise, flagged
         "echo_hidden_tests": (submission(A, after("softmax_np", ECHO)), 13, True, None),
         # reaching outside

@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.attention import attention_scores, scaled_dot_product_attention
-from attnlab.softmax import softmax, softmax_np
+from attnlab.layers.attention import attention_scores, scaled_dot_product_attention
+from attnlab.layers.softmax import softmax, softmax_np
 
 # Tolerances per dtype: float32 results of a length-n reduction differ from another implementation's by
 # a few ulps times sqrt(n) (eps32 = 1.2e-7); float64 ones by ~1e-16 per operation.

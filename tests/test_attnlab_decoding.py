@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.causal_lm import CausalLM, CausalLMConfig, CausalSelfAttention
-from attnlab.masks import causal_mask_with_past, decoder_self_attention_mask
-from attnlab.generation import generate
-from attnlab.kv_cache import KVCache
-from attnlab.sampling import filter_logits, next_token
+from attnlab.models.causal_lm import CausalLM, CausalLMConfig, CausalSelfAttention
+from attnlab.layers.masks import causal_mask_with_past, decoder_self_attention_mask
+from attnlab.decoding.generation import generate
+from attnlab.layers.kv_cache import KVCache
+from attnlab.decoding.sampling import filter_logits, next_token
 
 
 def random_model(config: CausalLMConfig, seed: int, std: float = 0.3, dtype=torch.float32) -> CausalLM:

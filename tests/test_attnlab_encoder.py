@@ -7,12 +7,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.embeddings import EncoderConfig, sinusoidal_positional_encoding
-from attnlab.encoder import Encoder
-from attnlab.encoder_layer import EncoderLayer
-from attnlab.feedforward import FeedForward
-from attnlab.minilm import bert_to_attnlab, embed_sentences, load_minilm, load_minilm_tokenizer
-from attnlab.norm import layer_norm
+from attnlab.layers.embeddings import EncoderConfig, sinusoidal_positional_encoding
+from attnlab.models.encoder import Encoder
+from attnlab.layers.encoder_layer import EncoderLayer
+from attnlab.layers.feedforward import FeedForward
+from attnlab.weights.minilm import bert_to_attnlab, embed_sentences, load_minilm, load_minilm_tokenizer
+from attnlab.layers.norm import layer_norm
 
 TOL64 = dict(rtol=1e-10, atol=1e-10)
 
@@ -178,7 +178,7 @@ def test_minilm_reproduces_sentence_transformers(minilm):
 def test_minilm_hidden_states_match_transformers_bert(minilm):
     from transformers import BertModel
 
-    from attnlab.minilm import minilm_path
+    from attnlab.weights.minilm import minilm_path
     bert = BertModel.from_pretrained(str(minilm_path())).eval()
     batch = minilm[1].encode_batch(SENTENCES[:4])
     ids = torch.tensor([e.ids for e in batch])

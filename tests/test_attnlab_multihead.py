@@ -3,8 +3,8 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.masks import causal_mask, padding_mask
-from attnlab.multihead import MultiHeadAttention, merge_heads, split_heads
+from attnlab.layers.masks import causal_mask, padding_mask
+from attnlab.layers.multihead import MultiHeadAttention, merge_heads, split_heads
 
 TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-12)}
 

@@ -5,11 +5,11 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.decoder_layer import DecoderLayer, cross_attention
-from attnlab.generation import generate
-from attnlab.gpt2 import causal_lm_config_from_gpt2, load_gpt2
-from attnlab.multihead import MultiHeadAttention
-from attnlab.transformer import Transformer, TransformerConfig
+from attnlab.layers.decoder_layer import DecoderLayer, cross_attention
+from attnlab.decoding.generation import generate
+from attnlab.weights.gpt2 import causal_lm_config_from_gpt2, load_gpt2
+from attnlab.layers.multihead import MultiHeadAttention
+from attnlab.models.encoder_decoder import Transformer, TransformerConfig
 
 
 def copy_attention(ours: MultiHeadAttention, theirs: nn.MultiheadAttention) -> None:

@@ -29,7 +29,7 @@ def graded(tmp_path_factory):
     for name, (content, *_rest) in cases().items():
         path = inbox / f"{name}.ipynb"
         path.write_bytes(content) if isinstance(content, bytes) else write(content, path)
-    protected = [REPO / "attnlab" / "softmax.py", REPO / "solutions" / A / f"{A}.ipynb"]
+    protected = [REPO / "attnlab" / "layers" / "softmax.py", REPO / "solutions" / A / f"{A}.ipynb"]
     before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in protected}
     started = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "autograde", "class", A, "--workspace", str(workspace), "--workers", "2",

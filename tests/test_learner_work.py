@@ -182,8 +182,8 @@ def test_saved_notebooks_survive_every_make_target(course):
         run = _make(course, target)
         assert run.returncode == 0, f"make {target}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
         assert learner_cell() == saved, f"make {target} changed the learner's notebook"
-    assert "softmax_np" in (course / "_student" / "attnlab" / "softmax.py").read_text()
-    assert LEARNER_MARK in (course / "_student" / "attnlab" / "softmax.py").read_text(), \
+    assert "softmax_np" in (course / "_student" / "attnlab" / "layers" / "softmax.py").read_text()
+    assert LEARNER_MARK in (course / "_student" / "attnlab" / "layers" / "softmax.py").read_text(), \
         "make export reads the learner's own copy in work/"
 
     # Grading accepts the saved release (no "out of date"), and grades the learner's notebook.

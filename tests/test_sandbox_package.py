@@ -6,7 +6,7 @@ import pytest
 
 from autograde.grading import Course
 from coursekit.exporting import defined_names
-from coursekit.sync import chapter_notebooks, chapter_number, name_chapters
+from coursekit.sync import chapter_notebooks, chapter_number, name_chapters, reference_package
 from tests.submissions import answer_lines
 
 CHAPTERS = [nb.parent.name for nb in chapter_notebooks()]
@@ -16,6 +16,11 @@ def _package(assignment: str, tmp_path) -> dict[str, str]:
     course = Course(assignment, tmp_path / "workspace")
     course._earlier_chapters_package()
     return {str(p.relative_to(course.package)): p.read_text() for p in course.package.rglob("*.py")}
+
+
+def _modules() -> set[str]:
+    """Every module of the reference attnlab, dotted."""
+    return {rel[: -len(".py")].replace("/", ".") for rel in reference_package()}
 
 
 def _defined(modules: dict[str, str]) -> set[str]:
@@ -38,7 +43,7 @@ def test_the_sandbox_holds_exactly_what_the_earlier_chapters_define(assignment, 
     """Function by function: a module that a later chapter grows is in the sandbox with its earlier part only."""
     chapter = chapter_number(assignment)
     defined = _defined(_package(assignment, tmp_path))
-    functions = {name: c for name, c in name_chapters().items() if name.count(".") == 2}
+    functions = {name: c for name, c in name_chapters().items() if name not in _modules()}
     expected = {name for name, c in functions.items() if c < chapter}
     assert defined & set(functions) == expected, (sorted(expected - defined), sorted(defined & set(functions) - expected))
 
@@ -48,17 +53,16 @@ def test_some_module_grows_over_two_chapters():
     chapters = name_chapters()
     writers = {}
     for name, c in chapters.items():
-        if name.count(".") == 2:
+        if name not in _modules():
             writers.setdefault(name.rsplit(".", 1)[0], set()).add(c)
-    assert writers["attnlab.masks"] == {2, 5}, writers["attnlab.masks"]
+    assert writers["attnlab.layers.masks"] == {2, 5}, writers["attnlab.layers.masks"]
 
 
 def test_the_leak_check_finds_a_later_chapters_cell_put_into_the_sandbox(tmp_path):
     """The checks above can fail: chapter 5's part of masks.py, put into chapter 5's sandbox, is found by both."""
     course = Course("ch05_decoding", tmp_path / "workspace")
     course._earlier_chapters_package()
-    from coursekit.sync import reference_package
-    (course.package / "attnlab" / "masks.py").write_text(reference_package()["attnlab/masks.py"])
+    (course.package / "attnlab" / "layers" / "masks.py").write_text(reference_package()["attnlab/layers/masks.py"])
     modules = {str(p.relative_to(course.package)): p.read_text() for p in course.package.rglob("*.py")}
-    assert any(line in modules["attnlab/masks.py"] for line in answer_lines("ch05_decoding"))
-    assert "attnlab.masks.causal_mask_with_past" in _defined(modules)
+    assert any(line in modules["attnlab/layers/masks.py"] for line in answer_lines("ch05_decoding"))
+    assert "attnlab.layers.masks.causal_mask_with_past" in _defined(modules)

@@ -48,7 +48,7 @@ def test_make_sync_refuses_to_run_in_a_copy(tmp_path):
     out = write_release("ch03", tmp_path / "copy")
     run = subprocess.run([sys.executable, "-m", "coursekit.sync"], cwd=out, capture_output=True, text=True)
     assert run.returncode != 0 and "solutions" in run.stderr + run.stdout
-    assert (out / "attnlab" / "softmax.py").is_file(), "sync must not have removed the copy's attnlab"
+    assert (out / "attnlab" / "layers" / "softmax.py").is_file(), "sync must not have removed the copy's attnlab"
 
 
 RUN_NOTEBOOK = """
@@ -104,7 +104,7 @@ def test_the_copy_builds_its_website_and_runs_its_exercises_alone(tmp_path):
 def test_the_leak_check_finds_an_answer_put_into_a_copy(tmp_path):
     """The check above can fail: the full reference module of chapter 3 in a ch03 copy is found."""
     out = write_release("ch03", tmp_path / "copy")
-    (out / "attnlab" / "norm.py").write_text((REPO / "attnlab" / "norm.py").read_text())
+    (out / "attnlab" / "layers" / "norm.py").write_text((REPO / "attnlab" / "layers" / "norm.py").read_text())
     answers = answer_lines("ch03_add_norm_ffn")
-    found = [line for line in answers if line in (out / "attnlab" / "norm.py").read_text()]
+    found = [line for line in answers if line in (out / "attnlab" / "layers" / "norm.py").read_text()]
     assert found, "chapter 3's reference norm.py must contain chapter 3's solution lines"

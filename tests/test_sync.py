@@ -12,12 +12,12 @@ def test_committed_generated_files_are_up_to_date(repo):
 def test_drift_is_detected(repo, tmp_path):
     for folder in ("solutions", "attnlab", "exercises"):
         shutil.copytree(repo / folder, tmp_path / folder)
-    module = tmp_path / "attnlab" / "softmax.py"
+    module = tmp_path / "attnlab" / "layers" / "softmax.py"
     module.write_text(module.read_text().replace("keepdims=True", "keepdims=False", 1))
     (tmp_path / "attnlab" / "stale.py").write_text(sync.GENERATED_MARK + " from nowhere.\n")
     (tmp_path / "exercises" / "ch01_qkv_softmax" / "leaked_helper.py").write_text("x = 1\n")
     problems = "\n".join(sync.differences(tmp_path))
-    assert "differs: --- attnlab/softmax.py" in problems
+    assert "differs: --- attnlab/layers/softmax.py" in problems
     assert "stale (no longer generated): attnlab/stale.py" in problems
     assert "stale (no longer generated): exercises/ch01_qkv_softmax/leaked_helper.py" in problems
     sync.write(tmp_path)

@@ -4,12 +4,12 @@ still be what `make train` would produce from the current corpus and code."""
 import pytest
 import torch
 
-from attnlab.tokenizer import BOS, EOS, PAD, UNK, Vocab, split_en, split_zh
-from attnlab.translate import beam_search, greedy_translate
-from attnlab.translator_training import (TrainingConfig, exact_match, load_translator, train_translator,
+from attnlab.translator.vocabulary import BOS, EOS, PAD, UNK, Vocab, split_en, split_zh
+from attnlab.decoding.beam_search import beam_search, greedy_translate
+from attnlab.translator.training import (TrainingConfig, exact_match, load_translator, train_translator,
                                          translator_config)
-from attnlab.transformer import Transformer
-from attnlab.zh_en import HELD_OUT_NUMBER_NOUN, HELD_OUT_SUBJECT_VERB, make_sentences, make_splits
+from attnlab.models.encoder_decoder import Transformer
+from attnlab.translator.corpus import HELD_OUT_NUMBER_NOUN, HELD_OUT_SUBJECT_VERB, make_sentences, make_splits
 
 from tests.submissions import REPO
 

@@ -31,7 +31,7 @@ def _mask_reference(i):
 
 
 def _mha_module():
-    from attnlab.multihead import MultiHeadAttention
+    from attnlab.layers.multihead import MultiHeadAttention
     return MultiHeadAttention(D_MODEL, N_HEADS)
 
 

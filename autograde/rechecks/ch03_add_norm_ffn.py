@@ -58,7 +58,7 @@ for norm_first in (False, True):
 
 
 def _ffn_module(activation):
-    from attnlab.feedforward import FeedForward
+    from attnlab.layers.feedforward import FeedForward
     return FeedForward(D_MODEL, D_FF, activation=activation)
 
 
@@ -83,7 +83,7 @@ with torch.no_grad():
 
 
 def _layer_module(norm_first):
-    from attnlab.encoder_layer import EncoderLayer
+    from attnlab.layers.encoder_layer import EncoderLayer
     return EncoderLayer(D_MODEL, N_HEADS, D_FF, activation="gelu", norm_first=norm_first, eps=1e-6)
 
 

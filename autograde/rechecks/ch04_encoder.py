@@ -19,7 +19,7 @@ PLAIN = dict(vocab_size=40, d_model=16, n_heads=4, d_ff=32, n_layers=2, max_seq_
 
 
 def _config(**kwargs):
-    from attnlab.embeddings import EncoderConfig
+    from attnlab.layers.embeddings import EncoderConfig
     return EncoderConfig(**kwargs)
 
 
@@ -44,13 +44,13 @@ def _ids(g, types: bool):
 
 
 def _embeddings_inputs(g):
-    from attnlab.embeddings import Embeddings
+    from attnlab.layers.embeddings import Embeddings
     return {**random_weights(Embeddings(_config(**BERT)), "bert", g),
             **random_weights(Embeddings(_config(**SCALED)), "scaled", g), **_ids(g, types=True)}
 
 
 def _embeddings_reference(i):
-    from attnlab.embeddings import Embeddings
+    from attnlab.layers.embeddings import Embeddings
     with torch.no_grad():
         return (load(Embeddings(_config(**BERT)), i, "bert")(i["ids"], i["types"]),
                 load(Embeddings(_config(**SCALED)), i, "scaled")(i["ids"]))
@@ -68,13 +68,13 @@ with torch.no_grad():
 
 
 def _encoder_inputs(g):
-    from attnlab.encoder import Encoder
+    from attnlab.models.encoder import Encoder
     return {**random_weights(Encoder(_config(**PLAIN)), "post", g),
             **random_weights(Encoder(_config(**PLAIN, norm_first=True)), "pre", g), **_ids(g, types=False)}
 
 
 def _encoder_reference(i):
-    from attnlab.encoder import Encoder
+    from attnlab.models.encoder import Encoder
     out = []
     for name, norm_first in (("post", False), ("pre", True)):
         with torch.no_grad():
@@ -106,13 +106,13 @@ def _pool_reference(i):
 
 
 def _capstone_inputs(g):
-    from attnlab.encoder import Encoder
+    from attnlab.models.encoder import Encoder
     return {**random_weights(Encoder(_config(**BERT)), "bert", g), **_ids(g, types=True)}
 
 
 def _capstone_reference(i):
-    from attnlab.encoder import Encoder
-    from attnlab.pooling import mean_pool
+    from attnlab.models.encoder import Encoder
+    from attnlab.layers.pooling import mean_pool
     with torch.no_grad():
         hidden = load(Encoder(_config(**BERT)), i, "bert")(i["ids"], i["mask"], i["types"])
     return (mean_pool(hidden, i["mask"]),)

@@ -83,8 +83,8 @@ def _generate_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
 
 
 def _generate_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    from attnlab.causal_lm import CausalLM, CausalLMConfig
-    from attnlab.generation import generate
+    from attnlab.models.causal_lm import CausalLM, CausalLMConfig
+    from attnlab.decoding.generation import generate
     seed = int(i["seed"])
     torch.manual_seed(seed)
     model = CausalLM(CausalLMConfig(vocab_size=41, d_model=24, n_heads=3, d_ff=48, n_layers=2, max_seq_len=32))

@@ -17,7 +17,7 @@ LOAD = "def _load(module, prefix):\n" \
 
 
 def _cross_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
-    from attnlab.multihead import MultiHeadAttention
+    from attnlab.layers.multihead import MultiHeadAttention
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=g)))
     inputs = _state("attn", MultiHeadAttention(24, 3).double())
     inputs["x"] = torch.randn(3, 5, 24, generator=g, dtype=torch.float64)
@@ -27,8 +27,8 @@ def _cross_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
 
 
 def _cross_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    from attnlab.decoder_layer import cross_attention
-    from attnlab.multihead import MultiHeadAttention
+    from attnlab.layers.decoder_layer import cross_attention
+    from attnlab.layers.multihead import MultiHeadAttention
     attn = MultiHeadAttention(24, 3).double().eval()
     attn.load_state_dict({k[5:]: v for k, v in i.items() if k.startswith("attn.")})
     with torch.no_grad():
@@ -36,7 +36,7 @@ def _cross_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
 
 
 def _layer_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
-    from attnlab.decoder_layer import DecoderLayer
+    from attnlab.layers.decoder_layer import DecoderLayer
     torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=g)))
     norm_first = bool(torch.rand(1, generator=g) < 0.5)
     inputs = _state("layer", DecoderLayer(24, 3, 40, "gelu", norm_first=norm_first))
@@ -50,7 +50,7 @@ def _layer_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
 
 
 def _layer_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    from attnlab.decoder_layer import DecoderLayer
+    from attnlab.layers.decoder_layer import DecoderLayer
     layer = DecoderLayer(24, 3, 40, "gelu", norm_first=bool(i["norm_first"])).double().eval()
     layer.load_state_dict({k[6:]: v for k, v in i.items() if k.startswith("layer.")})
     with torch.no_grad():
@@ -145,7 +145,7 @@ def _model_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
 
 def _grader_model(i: dict[str, torch.Tensor]):
     """The trusted twin of the sandbox's _course_model: the same classes and seed give the same weights."""
-    import attnlab.transformer as transformer
+    import attnlab.models.encoder_decoder as transformer
     scope = {"torch": torch, "nn": nn}
     exec(BUILD, scope)
     original = transformer.DecoderLayer
@@ -168,7 +168,7 @@ def _decode_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
 def _greedy_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     from types import MethodType
 
-    from attnlab.translate import greedy_translate
+    from attnlab.decoding.beam_search import greedy_translate
     model, scope = _grader_model(i)
     with torch.no_grad():
         model.generator.weight.mul_(20.0)

@@ -6,9 +6,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnlab.embeddings import EncoderConfig
-from attnlab.encoder import Encoder
-from attnlab.pooling import mean_pool
+from attnlab.layers.embeddings import EncoderConfig
+from attnlab.layers.pooling import mean_pool
+from attnlab.models.encoder import Encoder
 
 
 # cell 'minilm_loader'

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnlab.attention import scaled_dot_product_attention
-from attnlab.feedforward import FeedForward
-from attnlab.kv_cache import KVCache
-from attnlab.masks import decoder_self_attention_mask
-from attnlab.multihead import merge_heads, split_heads
-from attnlab.norm import LayerNorm
+from attnlab.layers.attention import scaled_dot_product_attention
+from attnlab.layers.feedforward import FeedForward
+from attnlab.layers.kv_cache import KVCache
+from attnlab.layers.masks import decoder_self_attention_mask
+from attnlab.layers.multihead import merge_heads, split_heads
+from attnlab.layers.norm import LayerNorm
 
 
 # cell 'causal_lm'

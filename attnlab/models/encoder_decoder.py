@@ -6,10 +6,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from attnlab.decoder_layer import DecoderLayer
-from attnlab.embeddings import Embeddings, EncoderConfig
-from attnlab.encoder import Encoder
-from attnlab.masks import decoder_self_attention_mask
+from attnlab.layers.decoder_layer import DecoderLayer
+from attnlab.layers.embeddings import Embeddings, EncoderConfig
+from attnlab.layers.masks import decoder_self_attention_mask
+from attnlab.models.encoder import Encoder
 
 
 # cell 'transformer'

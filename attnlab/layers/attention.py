@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from attnlab.softmax import softmax
+from attnlab.layers.softmax import softmax
 
 
 # cell 'check_attention_inputs'

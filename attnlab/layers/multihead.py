@@ -4,7 +4,7 @@
 import torch
 from torch import nn
 
-from attnlab.attention import scaled_dot_product_attention
+from attnlab.layers.attention import scaled_dot_product_attention
 
 
 # cell 'split_merge_heads'

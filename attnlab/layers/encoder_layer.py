@@ -4,9 +4,9 @@
 import torch
 from torch import nn
 
-from attnlab.feedforward import FeedForward
-from attnlab.multihead import MultiHeadAttention
-from attnlab.norm import AddNorm
+from attnlab.layers.feedforward import FeedForward
+from attnlab.layers.multihead import MultiHeadAttention
+from attnlab.layers.norm import AddNorm
 
 
 # cell 'encoder_layer'

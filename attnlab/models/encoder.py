@@ -4,8 +4,8 @@
 import torch
 from torch import nn
 
-from attnlab.embeddings import Embeddings, EncoderConfig
-from attnlab.encoder_layer import EncoderLayer
+from attnlab.layers.embeddings import Embeddings, EncoderConfig
+from attnlab.layers.encoder_layer import EncoderLayer
 
 
 # cell 'encoder'

@@ -11,10 +11,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from attnlab.tokenizer import PAD, Vocab, split_en, split_zh
-from attnlab.transformer import Transformer, TransformerConfig
-from attnlab.translate import greedy_translate
-from attnlab.zh_en import make_splits
+from attnlab.decoding.beam_search import greedy_translate
+from attnlab.models.encoder_decoder import Transformer, TransformerConfig
+from attnlab.translator.corpus import make_splits
+from attnlab.translator.vocabulary import PAD, Vocab, split_en, split_zh
 
 
 # cell 'translator_training'
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# `python -m attnlab.translator_training` runs main(); a notebook (also named __main__, but with no __file__)
+# `python -m attnlab.translator.training` runs main(); a notebook (also named __main__, but with no __file__)
 # only defines it.
 if __name__ == "__main__" and "__file__" in globals():
     raise SystemExit(main())

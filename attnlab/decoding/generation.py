@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.causal_lm import CausalLM
-from attnlab.sampling import next_token
+from attnlab.decoding.sampling import next_token
+from attnlab.models.causal_lm import CausalLM
 
 
 # cell 'generate'

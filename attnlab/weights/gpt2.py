@@ -4,7 +4,7 @@
 import torch
 from torch import nn
 
-from attnlab.causal_lm import CausalLM, CausalLMConfig
+from attnlab.models.causal_lm import CausalLM, CausalLMConfig
 
 
 # cell 'gpt2'
