@@ -44,7 +44,8 @@ def sixty() -> list[str]:
 
 
 # The phases of one submission's grading, as autograde records them (grading.Result.timings).
-PHASES = [("sandbox_start", "sandbox start (bwrap, the runner's interpreter)"),
+PHASES = [("worker_start", "the grading process's start (forked from one that has imported nbgrader and torch)"),
+          ("sandbox_start", "sandbox start (bwrap, the runner's interpreter)"),
           ("kernel_start", "kernel start"), ("imports", "the notebook's imports cell"),
           ("cells", "the other cells (tests included)"), ("sandbox_run", "= the whole sandboxed notebook run"),
           ("nbgrader", "nbgrader's own preprocessors (autograde step less the sandboxed run)"),
