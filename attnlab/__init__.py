@@ -20,7 +20,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.layers.feedforward
         FeedForward [3]
     attnlab.layers.kv_cache
-        KVCache [5]
+        Cache, KVCache [5]
     attnlab.layers.masks
         causal_mask, padding_mask [2]
         causal_mask_with_past, decoder_self_attention_mask [5]

@@ -59,7 +59,10 @@ def test_cached_attention_equals_torch_attention_with_an_explicit_mask():
     attn = CausalSelfAttention(16, 4).double().eval()
     x = torch.randn(2, 7, 16, dtype=torch.float64)
     cache = KVCache(2, 4, 7, 4, dtype=torch.float64)
-    pieces = [attn(x[:, :4], cache=cache), attn(x[:, 4:5], cache=cache), attn(x[:, 5:], cache=cache)]
+    # a prefill of 4, one decoding step, then a chunk of 2: each with the mask the model builds for it
+    pieces = [attn(x[:, :4], causal_mask_with_past(4, 0), cache=cache),
+              attn(x[:, 4:5], causal_mask_with_past(1, 4), cache=cache),
+              attn(x[:, 5:], causal_mask_with_past(2, 5), cache=cache)]
     mha = nn.MultiheadAttention(16, 4, batch_first=True, dtype=torch.float64).eval()
     with torch.no_grad():
         mha.in_proj_weight.copy_(torch.cat([attn.w_q.weight, attn.w_k.weight, attn.w_v.weight]))

@@ -93,3 +93,17 @@ def test_the_runner_ends_when_its_results_are_written_whatever_threads_the_stude
         assert run.returncode == 0, run.stderr
         for name, probe in probes.items():
             assert compare(probe.reference(inputs[name]), load_file(str(work / f"{name}.safetensors")), probe) == ""
+
+
+def test_stand_ins_are_passed_explicitly_wherever_the_code_lives():
+    """Chapter 5's generate is re-checked on the course's cache and mask, given to CausalLM as arguments, not
+    patched into a module's globals. With CausalLM imported from another module (as a later chapter's sandbox
+    would give it) instead of defined in the notebook, the probe still passes the reference, catches every
+    known-wrong generate, and charges a wrong cache or mask only to their own cells."""
+    assignment = "ch05_decoding"
+    moved = {"causal_lm": "from attnlab.models.causal_lm import CausalLM, CausalLMConfig, CausalSelfAttention\n"}
+    assert verdicts(assignment, moved) == {name: "" for name in probes_for(assignment)}
+    for wrong in known_wrong(assignment):
+        got = verdicts(assignment, {**moved, wrong["cell"]: wrong["code"]})
+        for cell, verdict in got.items():
+            assert bool(verdict) == (cell in wrong["loses"]), (wrong["name"], cell, verdict)

@@ -8,9 +8,9 @@ from torch import nn
 
 from attnlab.layers.attention import scaled_dot_product_attention
 from attnlab.layers.feedforward import FeedForward
-from attnlab.layers.kv_cache import KVCache
+from attnlab.layers.kv_cache import Cache, KVCache
 from attnlab.layers.masks import decoder_self_attention_mask
-from attnlab.layers.multihead import merge_heads, split_heads
+from attnlab.layers.multihead import MultiHeadAttention, merge_heads, split_heads
 from attnlab.layers.norm import LayerNorm
 
 
@@ -31,27 +31,19 @@ class CausalLMConfig:
             raise ValueError(f"d_model = {self.d_model} is not divisible by n_heads = {self.n_heads}")
 
 
-class CausalSelfAttention(nn.Module):
-    """Masked multi-head self-attention that reads and extends a KVCache."""
+class CausalSelfAttention(MultiHeadAttention):
+    """Chapter 2's multi-head attention (its projections, split and merge), reading and extending a cache."""
 
-    def __init__(self, d_model: int, n_heads: int):
-        super().__init__()
-        self.n_heads = n_heads
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
-
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                cache: KVCache | None = None) -> torch.Tensor:
-        """x: (B, t_new, d_model), the new tokens; attention_mask: (B, past + t_new) or None."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                cache: Cache | None = None) -> torch.Tensor:
+        """x: (B, t_new, d_model), the new tokens; mask: bool, broadcastable to (B, H, t_new, past + t_new);
+        positions: (B or 1, t_new), each new token's position (learned positions are added before the first
+        layer, so GPT-2 does not use them here; rotary embeddings in chapter 7 rotate q and k by them)."""
         q = split_heads(self.w_q(x), self.n_heads)           # (B, H, t_new, D): used at this step only
         k = split_heads(self.w_k(x), self.n_heads)           # (B, H, t_new, D)
         v = split_heads(self.w_v(x), self.n_heads)
-        past = 0 if cache is None else cache.length
         if cache is not None:
             k, v = cache.append(k, v)                        # (B, H, past + t_new, D)
-        mask = decoder_self_attention_mask(x.shape[1], past, attention_mask, device=x.device)
         z, _ = scaled_dot_product_attention(q, k, v, mask)   # (B, H, t_new, D)
         return self.w_o(merge_heads(z))
 
@@ -66,18 +58,22 @@ class DecoderOnlyBlock(nn.Module):
         self.norm2 = LayerNorm(config.d_model, config.eps)
         self.feed_forward = FeedForward(config.d_model, config.d_ff, config.activation)
 
-    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                cache: KVCache | None = None) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), attention_mask, cache)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
+                cache: Cache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), mask, positions, cache)
         return x + self.feed_forward(self.norm2(x))
 
 
 class CausalLM(nn.Module):
     """A decoder-only Transformer language model: token ids (B, t_new) -> next-token logits (B, t_new, vocab)."""
 
-    def __init__(self, config: CausalLMConfig):
+    def __init__(self, config: CausalLMConfig, cache_class: type | None = None, mask_function=None):
+        """cache_class and mask_function are the pieces it is built on, KVCache and decoder_self_attention_mask
+        by default; the course's tests pass known-good stand-ins, so that a bug in yours costs points once."""
         super().__init__()
         self.config = config
+        self.cache_class = KVCache if cache_class is None else cache_class
+        self.mask_function = decoder_self_attention_mask if mask_function is None else mask_function
         self.token = nn.Embedding(config.vocab_size, config.d_model)
         self.position = nn.Embedding(config.max_seq_len, config.d_model)
         self.blocks = nn.ModuleList(DecoderOnlyBlock(config) for _ in range(config.n_layers))
@@ -95,17 +91,17 @@ class CausalLM(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def new_caches(self, batch_size: int, max_len: int | None = None) -> list[KVCache]:
-        """One empty KVCache per layer, for up to max_len positions (default: max_seq_len)."""
+    def new_caches(self, batch_size: int, max_len: int | None = None) -> list[Cache]:
+        """One empty cache per layer (a cache_class), for up to max_len positions (default: max_seq_len)."""
         max_len = self.config.max_seq_len if max_len is None else max_len
         if not 1 <= max_len <= self.config.max_seq_len:
             raise ValueError(f"a cache of {max_len} positions does not fit max_seq_len = {self.config.max_seq_len}")
         c = self.config
-        return [KVCache(batch_size, c.n_heads, max_len, c.d_model // c.n_heads, self.token.weight.dtype,
-                        self.token.weight.device) for _ in range(c.n_layers)]
+        return [self.cache_class(batch_size, c.n_heads, max_len, c.d_model // c.n_heads, self.token.weight.dtype,
+                                 self.token.weight.device) for _ in range(c.n_layers)]
 
     def forward(self, token_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                caches: list[KVCache] | None = None) -> torch.Tensor:
+                caches: list[Cache] | None = None) -> torch.Tensor:
         if token_ids.dim() != 2 or token_ids.is_floating_point():
             raise ValueError(f"token_ids must be a (B, t_new) integer tensor, got {token_ids.dtype} "
                              f"{tuple(token_ids.shape)}")
@@ -116,7 +112,7 @@ class CausalLM(nn.Module):
             raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}, "
                              f"got {token_ids.min().item()}..{token_ids.max().item()}")
         if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"need one KVCache per layer ({len(self.blocks)}), got {len(caches)}")
+            raise ValueError(f"need one cache per layer ({len(self.blocks)}), got {len(caches)}")
         past = 0 if caches is None else caches[0].length
         if past + t_new > self.config.max_seq_len:
             raise ValueError(f"{past} cached + {t_new} new tokens exceed max_seq_len = {self.config.max_seq_len}")
@@ -129,6 +125,8 @@ class CausalLM(nn.Module):
             # Count real tokens only, so left padding does not shift the positions of the prompt.
             positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]          # (B, t_new)
         x = self.token(token_ids) + self.position(positions)                                 # (B, t_new, d_model)
+        # One mask for every layer: (t_new, past + t_new), or (B, 1, t_new, past + t_new) with padding.
+        mask = self.mask_function(t_new, past, attention_mask, device=token_ids.device)
         for i, block in enumerate(self.blocks):
-            x = block(x, attention_mask, None if caches is None else caches[i])
+            x = block(x, mask, positions, None if caches is None else caches[i])
         return self.lm_head(self.final_norm(x))                                              # (B, t_new, vocab)

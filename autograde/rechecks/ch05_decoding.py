@@ -51,27 +51,24 @@ def _course_mask(t_new, past=0, attention_mask=None, device=None):
     return causal if attention_mask is None else causal[None, None] & attention_mask.bool()[:, None, None, :]
 '''
 
+# The model is given the stand-ins explicitly (CausalLM's cache_class and mask_function), wherever CausalLM and
+# generate are defined.
 GENERATE_CODE = "import torch\n" + STAND_INS + '''
-names = CausalLM.forward.__globals__
-saved = {name: names[name] for name in ("KVCache", "decoder_self_attention_mask")}
-names["KVCache"], names["decoder_self_attention_mask"] = _CourseCache, _course_mask
-try:
-    seed = int(inputs["seed"])
-    torch.manual_seed(seed)
-    model = CausalLM(CausalLMConfig(vocab_size=41, d_model=24, n_heads=3, d_ff=48, n_layers=2, max_seq_len=32))
-    model = model.double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    prompt, mask = inputs["prompt"], inputs["attention_mask"]
-    cached = generate(model, prompt, 9, attention_mask=mask)
-    full = generate(model, prompt, 9, attention_mask=mask, use_cache=False)
-    sampled = generate(model, prompt, 9, attention_mask=mask, temperature=1.0, top_p=0.9, eos_id=7,
-                       generator=torch.Generator().manual_seed(seed))
-    result = [cached.tokens.double(), cached.logits, full.tokens.double(), full.logits,
-              sampled.tokens.double(), sampled.logits]
-finally:
-    names.update(saved)
+seed = int(inputs["seed"])
+torch.manual_seed(seed)
+model = CausalLM(CausalLMConfig(vocab_size=41, d_model=24, n_heads=3, d_ff=48, n_layers=2, max_seq_len=32),
+                 cache_class=_CourseCache, mask_function=_course_mask)
+model = model.double().eval()
+with torch.no_grad():
+    for p in model.parameters():
+        p.normal_(0.0, 0.3)
+prompt, mask = inputs["prompt"], inputs["attention_mask"]
+cached = generate(model, prompt, 9, attention_mask=mask)
+full = generate(model, prompt, 9, attention_mask=mask, use_cache=False)
+sampled = generate(model, prompt, 9, attention_mask=mask, temperature=1.0, top_p=0.9, eos_id=7,
+                   generator=torch.Generator().manual_seed(seed))
+result = [cached.tokens.double(), cached.logits, full.tokens.double(), full.logits,
+          sampled.tokens.double(), sampled.logits]
 '''
 
 
