@@ -26,8 +26,11 @@ class DecoderLayer(nn.Module):
     """One Transformer decoder layer (Vaswani et al. 2017, section 3.1)."""
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, activation: str = "relu",
-                 norm_first: bool = False, eps: float = 1e-5):
+                 norm_first: bool = False, eps: float = 1e-5, cross_attention_fn=None):
+        """cross_attention_fn(attn, x, memory, source_mask) -> (out, weights) runs the cross-attention:
+        your cross_attention unless another is given (the tests give torch's, to grade this layer alone)."""
         super().__init__()
+        self.cross_attention_fn = cross_attention if cross_attention_fn is None else cross_attention_fn
         self.self_attn = MultiHeadAttention(d_model, n_heads)
         self.add_norm1 = AddNorm(d_model, norm_first, eps)
         self.cross_attn = MultiHeadAttention(d_model, n_heads)
@@ -39,5 +42,5 @@ class DecoderLayer(nn.Module):
                 source_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x: (B, T, d_model) target stream; memory: (B, S, d_model) encoder output. Returns (B, T, d_model)."""
         x = self.add_norm1(x, lambda h: self.self_attn(h, mask=self_mask)[0])
-        x = self.add_norm2(x, lambda h: cross_attention(self.cross_attn, h, memory, source_mask)[0])
+        x = self.add_norm2(x, lambda h: self.cross_attention_fn(self.cross_attn, h, memory, source_mask)[0])
         return self.add_norm3(x, self.feed_forward)

@@ -41,13 +41,15 @@ class TransformerConfig:
 class Transformer(nn.Module):
     """The encoder-decoder Transformer: source ids (B, S) and target ids (B, T) -> logits (B, T, target vocab)."""
 
-    def __init__(self, config: TransformerConfig):
+    def __init__(self, config: TransformerConfig, decoder_layer: type | None = None):
+        """decoder_layer: the class of its decoder layers, your DecoderLayer unless another is given."""
         super().__init__()
         self.config = config
+        decoder_layer = DecoderLayer if decoder_layer is None else decoder_layer
         self.encoder = Encoder(config.encoder_config())
         self.target_embeddings = Embeddings(config.target_embedding_config())
         self.decoder_layers = nn.ModuleList(
-            DecoderLayer(config.d_model, config.n_heads, config.d_ff, config.activation, config.norm_first,
+            decoder_layer(config.d_model, config.n_heads, config.d_ff, config.activation, config.norm_first,
                          config.eps) for _ in range(config.n_decoder_layers))
         self.decoder_norm = nn.LayerNorm(config.d_model, eps=config.eps) if config.norm_first else None
         self.generator = nn.Linear(config.d_model, config.target_vocab_size)

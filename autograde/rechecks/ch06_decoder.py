@@ -57,16 +57,13 @@ def _layer_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         return (layer(i["x"], i["memory"], i["self_mask"], i["source_mask"]),)
 
 
+# The stand-ins are passed explicitly (DecoderLayer's cross_attention_fn, Transformer's decoder_layer), wherever
+# those classes are defined. course_cross_attention is the notebook's given stand-in (a read-only cell).
 LAYER_CODE = LOAD + '''
-names = DecoderLayer.forward.__globals__
-saved = names["cross_attention"]
-names["cross_attention"] = course_cross_attention          # the notebook's given stand-in (a read-only cell)
-try:
-    layer = _load(DecoderLayer(24, 3, 40, "gelu", norm_first=bool(inputs["norm_first"])), "layer")
-    with torch.no_grad():
-        result = [layer(inputs["x"], inputs["memory"], inputs["self_mask"], inputs["source_mask"])]
-finally:
-    names["cross_attention"] = saved
+layer = _load(DecoderLayer(24, 3, 40, "gelu", norm_first=bool(inputs["norm_first"]),
+                           cross_attention_fn=course_cross_attention), "layer")
+with torch.no_grad():
+    result = [layer(inputs["x"], inputs["memory"], inputs["self_mask"], inputs["source_mask"])]
 '''
 
 # decode and greedy_translate are re-checked on a Transformer whose decoder layers are torch's. The notebook's
@@ -104,14 +101,8 @@ CONFIG = ("TransformerConfig(source_vocab_size=30, target_vocab_size=25, d_model
 
 BUILD = COURSE_LAYER + f'''
 def _course_model(inputs):
-    names = Transformer.__init__.__globals__
-    saved = names["DecoderLayer"]
-    names["DecoderLayer"] = _GraderDecoderLayer
-    try:
-        torch.manual_seed(int(inputs["seed"]))
-        return Transformer({CONFIG}).double().eval()
-    finally:
-        names["DecoderLayer"] = saved
+    torch.manual_seed(int(inputs["seed"]))
+    return Transformer({CONFIG}, decoder_layer=_GraderDecoderLayer).double().eval()
 '''
 
 DECODE_CODE = "import torch\nfrom torch import nn\n" + BUILD + '''
@@ -148,14 +139,9 @@ def _grader_model(i: dict[str, torch.Tensor]):
     import attnlab.models.encoder_decoder as transformer
     scope = {"torch": torch, "nn": nn}
     exec(BUILD, scope)
-    original = transformer.DecoderLayer
-    transformer.DecoderLayer = scope["_GraderDecoderLayer"]
-    try:
-        torch.manual_seed(int(i["seed"]))
-        model = transformer.Transformer(eval(CONFIG, {"inputs": i, "TransformerConfig": transformer.TransformerConfig})
-                                        ).double().eval()
-    finally:
-        transformer.DecoderLayer = original
+    torch.manual_seed(int(i["seed"]))
+    config = eval(CONFIG, {"inputs": i, "TransformerConfig": transformer.TransformerConfig})
+    model = transformer.Transformer(config, decoder_layer=scope["_GraderDecoderLayer"]).double().eval()
     return model, scope
 
 
