@@ -6,7 +6,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.decoding.beam_search
         beam_search, greedy_translate [6]
     attnlab.decoding.generation
-        Generation, generate [5]
+        Generation, LanguageModel, generate [5]
     attnlab.decoding.sampling
         filter_logits, next_token [5]
     attnlab.layers.attention

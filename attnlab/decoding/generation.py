@@ -2,14 +2,31 @@
 # Edit the source notebook's `#| export` cells, then run `make sync`.
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from attnlab.decoding.sampling import next_token
-from attnlab.models.causal_lm import CausalLM
+from attnlab.layers.kv_cache import Cache
+from attnlab.models.causal_lm import CausalLMConfig
 
 
 # cell 'generate'
+class LanguageModel(Protocol):
+    """What generate needs from a model: CausalLM here, chapter 7's Llama-style model, any model that keeps it."""
+
+    config: CausalLMConfig          # generate reads config.max_seq_len only
+
+    def __call__(self, token_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                 caches: list[Cache] | None = None) -> torch.Tensor:
+        """token_ids (B, t_new), the new tokens -> logits (B, t_new, vocab), extending the caches if given."""
+        ...
+
+    def new_caches(self, batch_size: int, max_len: int | None = None) -> list[Cache]:
+        """One empty cache per layer, for up to max_len positions."""
+        ...
+
+
 @dataclass
 class Generation:
     tokens: torch.Tensor        # (B, T + n): the prompt, then the n new tokens
@@ -17,7 +34,7 @@ class Generation:
 
 
 @torch.no_grad()
-def generate(model: CausalLM, prompt_ids: torch.Tensor, max_new_tokens: int,
+def generate(model: LanguageModel, prompt_ids: torch.Tensor, max_new_tokens: int,
              attention_mask: torch.Tensor | None = None, use_cache: bool = True, eos_id: int | None = None,
              temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
              generator: torch.Generator | None = None) -> Generation:
