@@ -149,7 +149,7 @@ def test_gpt2_conv1d_weights_are_transposed_linear_weights():
     ours = load_gpt2(hf)
     c_fc = hf.transformer.h[0].mlp.c_fc
     x = torch.randn(4, 48)
-    torch.testing.assert_close(ours.blocks[0].feed_forward.linear1(x), c_fc(x))
+    torch.testing.assert_close(ours.layers[0].feed_forward.linear1(x), c_fc(x))
 
 
 @pytest.mark.parametrize("option, value", [("tie_word_embeddings", False), ("scale_attn_weights", False),

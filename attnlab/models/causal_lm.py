@@ -76,7 +76,7 @@ class CausalLM(nn.Module):
         self.mask_function = decoder_self_attention_mask if mask_function is None else mask_function
         self.token = nn.Embedding(config.vocab_size, config.d_model)
         self.position = nn.Embedding(config.max_seq_len, config.d_model)
-        self.blocks = nn.ModuleList(DecoderOnlyBlock(config) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(DecoderOnlyBlock(config) for _ in range(config.n_layers))
         self.final_norm = LayerNorm(config.d_model, config.eps)
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         self.lm_head.weight = self.token.weight          # tied, as in GPT-2: one matrix reads and writes tokens
@@ -111,8 +111,8 @@ class CausalLM(nn.Module):
         if token_ids.min() < 0 or token_ids.max() >= self.config.vocab_size:
             raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}, "
                              f"got {token_ids.min().item()}..{token_ids.max().item()}")
-        if caches is not None and len(caches) != len(self.blocks):
-            raise ValueError(f"need one cache per layer ({len(self.blocks)}), got {len(caches)}")
+        if caches is not None and len(caches) != len(self.layers):
+            raise ValueError(f"need one cache per layer ({len(self.layers)}), got {len(caches)}")
         past = 0 if caches is None else caches[0].length
         if past + t_new > self.config.max_seq_len:
             raise ValueError(f"{past} cached + {t_new} new tokens exceed max_seq_len = {self.config.max_seq_len}")
@@ -127,6 +127,6 @@ class CausalLM(nn.Module):
         x = self.token(token_ids) + self.position(positions)                                 # (B, t_new, d_model)
         # One mask for every layer: (t_new, past + t_new), or (B, 1, t_new, past + t_new) with padding.
         mask = self.mask_function(t_new, past, attention_mask, device=token_ids.device)
-        for i, block in enumerate(self.blocks):
-            x = block(x, mask, positions, None if caches is None else caches[i])
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask, positions, None if caches is None else caches[i])
         return self.lm_head(self.final_norm(x))                                              # (B, t_new, vocab)

@@ -34,7 +34,7 @@ def gpt2_to_attnlab(state: dict[str, torch.Tensor], d_model: int) -> dict[str, t
            "final_norm.weight": state["transformer.ln_f.weight"], "final_norm.bias": state["transformer.ln_f.bias"]}
     n_layers = 1 + max(int(k.split(".")[2]) for k in state if k.startswith("transformer.h."))
     for i in range(n_layers):
-        g, a = f"transformer.h.{i}.", f"blocks.{i}."
+        g, a = f"transformer.h.{i}.", f"layers.{i}."
         # Conv1D computes x @ W + b with W of shape (in, out): nn.Linear's weight is W transposed.
         w_qkv, b_qkv = state[g + "attn.c_attn.weight"].T, state[g + "attn.c_attn.bias"]   # (3 d_model, d_model)
         for j, name in enumerate(("w_q", "w_k", "w_v")):
