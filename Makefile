@@ -16,13 +16,14 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve test lab sync export grade bench train clean student-release
+.PHONY: help system setup book serve test lab refresh sync export grade bench train clean student-release
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
 	@echo "make serve    serve the website on http://127.0.0.1:$(PORT)"
 	@echo "make test     run every check (the CI command)"
 	@echo "make lab      JupyterLab on work/, your own copy of exercises/ (students; LAB_PORT=$(LAB_PORT))"
+	@echo "make refresh  bring work/ up to date with changed releases, keeping your answers"
 	@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
 	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors; never touches work/)"
 	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
@@ -63,6 +64,9 @@ test: $(STAMP)
 
 lab: $(STAMP)
 	$(PY) -m coursekit.lab --port $(LAB_PORT)
+
+refresh: $(STAMP)
+	$(PY) -m coursekit.refresh
 
 sync: $(STAMP)
 	$(PY) -m coursekit.sync

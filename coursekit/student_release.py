@@ -26,7 +26,7 @@ from coursekit.sync import ROOT, chapter_notebooks, chapter_number, name_chapter
 # helpers (it refuses to run without solutions/).
 TOOLING = ["coursekit/__init__.py", "coursekit/lab.py", "coursekit/export.py", "coursekit/exporting.py",
            "coursekit/workspace.py", "coursekit/release.py", "coursekit/sync.py", "coursekit/layout.py",
-           "coursekit/system_packages.sh", "coursekit/jupyter_student"]
+           "coursekit/refresh.py", "coursekit/system_packages.sh", "coursekit/jupyter_student"]
 TOP_LEVEL = ["requirements.txt", "_config.yml", "_static", ".gitignore"]
 
 MAKEFILE = """# The student copy of the course (made by `make student-release`): read, practise, export.
@@ -40,12 +40,13 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve lab export
+.PHONY: help system setup book serve lab refresh export
 
 help:
 \t@echo "make book     build the website into _build/html"
 \t@echo "make serve    serve it on http://127.0.0.1:$(PORT)"
 \t@echo "make lab      JupyterLab on work/, your own copy of exercises/ (LAB_PORT=$(LAB_PORT))"
+\t@echo "make refresh  bring work/ up to date with a new copy of the course, keeping your answers"
 \t@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
 
 system:
@@ -71,6 +72,9 @@ serve: $(STAMP)
 lab: $(STAMP)
 \t$(PY) -m coursekit.lab --port $(LAB_PORT)
 
+refresh: $(STAMP)
+\t$(PY) -m coursekit.refresh
+
 export: $(STAMP)
 \t$(PY) -m coursekit.export
 """
@@ -83,6 +87,7 @@ of chapters {exercises}. Your instructor gives you a new copy when the next chap
 ```sh
 make book      # build the website into _build/html, then open _build/html/index.html
 make lab       # JupyterLab on work/, your own copy of the exercises (made on first use; nothing overwrites it)
+make refresh   # after a new copy of the course: update the given cells in work/, keeping your answers
 make export    # your own attnlab, from the notebooks in work/, into _student/attnlab
 ```
 

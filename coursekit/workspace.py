@@ -44,8 +44,8 @@ def ensure_work(root: Path, work: Path | None = None, log=print) -> list[Path]:
             copied.append(target)
         elif rel in record and record[rel] != _fingerprint(source):
             log(f"note: exercises/{rel} has changed since your copy in {WORK}/ was made. "
-                f"Your {WORK}/{rel} is kept as it is; to start from the new release, "
-                f"rename yours and run `make lab` again.")
+                f"Your {WORK}/{rel} is kept as it is; `make refresh` brings its given cells and tests up to "
+                "date and keeps your answers (it saves the copy as it was first).")
     if copied:
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=1, sort_keys=True))
@@ -68,3 +68,11 @@ def rescue(path: Path, root: Path, log=print) -> Path:
     log(f"kept your edits: exercises/{rel} held changes that `make sync` did not write; "
         f"they are saved in {target.relative_to(root)} before the release is regenerated")
     return target
+
+
+def record_release(work: Path, copy: Path, release: Path) -> None:
+    """Record that the copy in work/ now follows `release` (after `make refresh`)."""
+    record_path = Path(work) / RECORD
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    record[str(Path(copy).resolve().relative_to(Path(work).resolve()))] = _fingerprint(Path(release))
+    record_path.write_text(json.dumps(record, indent=1, sort_keys=True))

@@ -178,7 +178,7 @@ def test_saved_notebooks_survive_every_make_target(course):
                            text=True, timeout=600)
     assert check.returncode == 0, "a release opened and saved in JupyterLab is not drift:\n" + check.stdout
 
-    for target in ("help", "setup", "sync", "export", "clean", "sync", "export"):
+    for target in ("help", "setup", "sync", "export", "refresh", "clean", "sync", "export", "refresh"):
         run = _make(course, target)
         assert run.returncode == 0, f"make {target}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
         assert learner_cell() == saved, f"make {target} changed the learner's notebook"

@@ -100,3 +100,50 @@ def test_jupyterlab_serves_the_exercises_with_student_tools_only(tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_refresh_brings_an_old_copy_up_to_date_and_keeps_the_answers(tmp_path):
+    """A copy in work/ made from an older release (here: the module paths before attnlab was organised by
+    role, and a test since changed) gets the release's given cells, keeps the learner's answers and added
+    cells, and is saved as it was first. The refreshed notebook then passes its tests."""
+    from coursekit.refresh import refresh
+    from coursekit.workspace import RECORD
+
+    release_path = REPO / "exercises" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    old = submission(ASSIGNMENT)
+    answers = {}
+    for cell in old.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        cell.source = cell.source.replace("attnlab.layers.", "attnlab.").replace("attnlab/layers/", "attnlab/")
+        if meta.get("solution"):
+            cell.source = "# my own comment\n" + cell.source
+            answers[meta["grade_id"]] = cell.source
+        elif meta.get("grade"):
+            cell.source = cell.source + "\nprint('an older test')"
+    mine = nbformat.v4.new_code_cell("scratch = 1 + 1   # a cell of my own")
+    old.cells.insert(3, mine)
+    work = tmp_path / "work"
+    copy = work / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    copy.parent.mkdir(parents=True)
+    nbformat.write(old, copy)
+
+    assert refresh(copy, release_path, work, log=lambda _: None)
+    backup = copy.with_name(f"{ASSIGNMENT}.before-refresh-1.ipynb")
+    assert nbformat.read(backup, as_version=4).cells[3].source == mine.source, "the copy as it was is kept"
+    new = nbformat.read(copy, as_version=4)
+    release = nbformat.read(release_path, as_version=4)
+    by_key = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in new.cells}
+    for cell in release.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if meta.get("solution"):
+            got = by_key[meta["grade_id"]].source
+            assert got.startswith("# my own comment\n") and "attnlab/layers/" in got, got[:200]
+        elif meta.get("grade_id"):
+            assert by_key[meta["grade_id"]].source == cell.source, f"{meta['grade_id']} is not the release's"
+    assert [c.source for c in new.cells].count(mine.source) == 1, "the learner's own cell is kept, once"
+    assert RECORD in {p.name for p in work.iterdir()}
+    assert not refresh(copy, release_path, work, log=lambda _: None), "a refreshed copy is left alone"
+    ran = _run_in_exercise_folder(new)
+    for cell in ran.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            assert "visible checks passed" in _outputs(cell), _outputs(cell)

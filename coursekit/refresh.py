@@ -1,0 +1,111 @@
+"""Bring a learner's copy in work/ up to date with a changed release, keeping every answer.
+
+    python -m coursekit.refresh [NOTEBOOK.ipynb ...]      (make refresh: every notebook in work/)
+
+A release changes when the course does (a module moves, a test is fixed): the copy in work/ then holds old
+given cells, which may import what no longer exists. This rebuilds each copy from its release: the release's
+given cells (prose, given code, tests), the learner's own text in every answer cell (only its `#| export`
+line follows the release), and every cell the learner added, in its place. The copy as it was is kept next
+to it first (NAME.before-refresh-N.ipynb), and a copy whose cells already match is left alone.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+
+from coursekit.exporting import EXPORT_MARKER
+from coursekit.layout import REPO_ROOT
+from coursekit.workspace import WORK, record_release
+
+
+def _key(cell) -> str | None:
+    return cell.metadata.get("nbgrader", {}).get("grade_id")
+
+
+def _with_release_marker(answer: str, release_source: str) -> str:
+    """The learner's answer, its export line replaced by the release's (the module may have moved)."""
+    marker = next((line for line in release_source.splitlines() if EXPORT_MARKER.match(line.strip())), None)
+    if marker is None:
+        return answer
+    lines = answer.splitlines()
+    for i, line in enumerate(lines):
+        if EXPORT_MARKER.match(line.strip()):
+            lines[i] = marker
+            return "\n".join(lines) + ("\n" if answer.endswith("\n") else "")
+    return answer
+
+
+def refreshed(copy: nbformat.NotebookNode, release: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The release's cells, with the learner's answers and added cells from `copy`."""
+    answers = {_key(c): c for c in copy.cells if _key(c) and c.metadata.get("nbgrader", {}).get("solution")}
+    release_keys = {_key(c) for c in release.cells if _key(c)}
+    release_ids = {c.get("id") for c in release.cells}
+    # A cell the learner added (JupyterLab gives it a new id, and nbgrader no grade_id) stays after the graded
+    # cell it followed. A release cell keeps its id when the release changes, so an old given cell is not one.
+    added: dict[str | None, list] = {}
+    anchor = None
+    for cell in copy.cells:
+        key = _key(cell)
+        if key in release_keys:
+            anchor = key
+        elif not key and cell.get("id") not in release_ids and cell.source.strip():
+            added.setdefault(anchor, []).append(cell)
+    out = nbformat.v4.new_notebook(metadata=copy.metadata)
+    out.cells = list(added.get(None, []))
+    for cell in release.cells:
+        key = _key(cell)
+        new = nbformat.from_dict(cell)
+        if key in answers:
+            mine = answers[key]
+            new.source = _with_release_marker(mine.source, cell.source)
+            new.outputs = mine.get("outputs", [])
+            new.execution_count = mine.get("execution_count")
+        out.cells.append(new)
+        out.cells += added.get(key, []) if key else []
+    return out
+
+
+def refresh(path: Path, release_path: Path, work: Path | None = None, log=print) -> bool:
+    """Refresh the copy at `path` from `release_path`; True when it changed (a backup is written first).
+    With `work`, the copy is recorded as made from this release (make lab stops pointing the change out)."""
+    copy = nbformat.read(path, as_version=4)
+    release = nbformat.read(release_path, as_version=4)
+    new = refreshed(copy, release)
+    if work is not None:
+        record_release(work, path, release_path)
+    if [c.source for c in new.cells] == [c.source for c in copy.cells]:
+        return False
+    stamp = 1
+    while (backup := path.with_name(f"{path.stem}.before-refresh-{stamp}{path.suffix}")).exists():
+        stamp += 1
+    shutil.copy2(path, backup)
+    nbformat.write(new, path)
+    log(f"refreshed {path} from {release_path} (your answers are kept; the copy as it was is in {backup.name})")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("notebooks", nargs="*", type=Path, help="copies in work/ (default: every one)")
+    args = parser.parse_args(argv)
+    work = REPO_ROOT / WORK
+    notebooks = args.notebooks or sorted(p for p in work.glob("ch[0-9][0-9]_*/ch[0-9][0-9]_*.ipynb")
+                                         if ".before-refresh-" not in p.name)
+    changed = 0
+    for path in notebooks:
+        path = path.resolve()
+        release = REPO_ROOT / "exercises" / path.parent.name / f"{path.parent.name}.ipynb"
+        if not release.is_file():
+            print(f"{path}: no release exercises/{path.parent.name}/{release.name} to refresh it from", file=sys.stderr)
+            return 1
+        changed += refresh(path, release, work)
+    print(f"{changed} of {len(notebooks)} notebook(s) refreshed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
