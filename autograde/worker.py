@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import io
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -56,25 +58,38 @@ def run_in_child(args: list[str], timeout: float) -> str:
     """
     with tempfile.NamedTemporaryFile(prefix="autograde-worker-", suffix=".log") as log:
         proc = _CONTEXT.Process(target=_child, args=(args, log.name, time.time()), daemon=False)
-        proc.start()
+        with _STATUS:
+            proc.start()
         try:
-            proc.join(timeout)
-            timed_out = proc.exitcode is None
-            if timed_out:
-                os.killpg(proc.pid, signal.SIGKILL)   # the kernel and anything it started go too
+            # Wait on the child's sentinel, which reads nothing; its exit status is read under _STATUS only.
+            done = bool(multiprocessing.connection.wait([proc.sentinel], timeout))
+            if not done:
+                _kill_session(proc.pid)               # the kernel and anything it started go too
+            with _STATUS:
                 proc.join()
+                exitcode = proc.exitcode
         finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)   # leftovers: processes a submission forked
-            except (ProcessLookupError, PermissionError):
-                pass
-        if timed_out:
+            _kill_session(proc.pid)                   # leftovers: processes a submission forked
+        if not done:
             raise ChildFailed(f"did not finish within {timeout:g} s") from None
         output = Path(log.name).read_bytes().decode(errors="replace")
-    if proc.exitcode != 0:
+    if exitcode != 0:
         last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["no output"]
-        raise ChildFailed(f"exit status {proc.exitcode}: {last[0][:300]}")
+        raise ChildFailed(f"exit status {exitcode}: {last[0][:300]}")
     return output
+
+
+# A forkserver child's exit status is a few bytes on a pipe, and multiprocessing reads it from whichever thread
+# polls first: Process.start() polls every other live child. Two grading threads reading at once can leave one
+# with end-of-file, that is exit status 255 for a run that succeeded. So starting and reaping take turns.
+_STATUS = threading.Lock()
+
+
+def _kill_session(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):     # already gone (the forkserver reaps the child, not us)
+        pass
 
 
 def _api(config):

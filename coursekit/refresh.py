@@ -41,18 +41,24 @@ def _with_release_marker(answer: str, release_source: str) -> str:
 
 def refreshed(copy: nbformat.NotebookNode, release: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The release's cells, with the learner's answers and added cells from `copy`."""
-    answers = {_key(c): c for c in copy.cells if _key(c) and c.metadata.get("nbgrader", {}).get("solution")}
     release_keys = {_key(c) for c in release.cells if _key(c)}
     release_ids = {c.get("id") for c in release.cells}
-    # A cell the learner added (JupyterLab gives it a new id, and nbgrader no grade_id) stays after the graded
-    # cell it followed. A release cell keeps its id when the release changes, so an old given cell is not one.
+    release_sources = {c.source for c in release.cells}
+    answers: dict[str, nbformat.NotebookNode] = {}
+    # Cells of the learner's own stay, after the graded cell they followed: cells JupyterLab added (a new id, no
+    # grade_id, a text the release does not have), a second copy of an answer (a copied cell keeps its grade_id),
+    # and an answer whose exercise the release no longer has. The release's own cells are taken from it.
     added: dict[str | None, list] = {}
     anchor = None
     for cell in copy.cells:
         key = _key(cell)
-        if key in release_keys:
+        is_answer = bool(cell.metadata.get("nbgrader", {}).get("solution"))
+        if key in release_keys and not (is_answer and key in answers):
             anchor = key
-        elif not key and cell.get("id") not in release_ids and cell.source.strip():
+            if is_answer:
+                answers[key] = cell
+        elif (is_answer or not key) and cell.source.strip() and \
+                (is_answer or (cell.get("id") not in release_ids and cell.source not in release_sources)):
             added.setdefault(anchor, []).append(cell)
     out = nbformat.v4.new_notebook(metadata=copy.metadata)
     out.cells = list(added.get(None, []))
@@ -62,8 +68,9 @@ def refreshed(copy: nbformat.NotebookNode, release: nbformat.NotebookNode) -> nb
         if key in answers:
             mine = answers[key]
             new.source = _with_release_marker(mine.source, cell.source)
-            new.outputs = mine.get("outputs", [])
-            new.execution_count = mine.get("execution_count")
+            if new.cell_type == "code" and mine.cell_type == "code":
+                new.outputs = mine.get("outputs", [])
+                new.execution_count = mine.get("execution_count")
         out.cells.append(new)
         out.cells += added.get(key, []) if key else []
     return out

@@ -147,3 +147,24 @@ def test_refresh_brings_an_old_copy_up_to_date_and_keeps_the_answers(tmp_path):
     for cell in ran.cells:
         if cell.metadata.get("nbgrader", {}).get("grade"):
             assert "visible checks passed" in _outputs(cell), _outputs(cell)
+
+
+def test_refresh_keeps_a_second_copy_of_an_answer_and_adds_no_stale_given_cell(tmp_path):
+    """A cell copied in JupyterLab keeps its grade_id: both copies of the answer stay. A given cell whose id
+    moved is the release's, not the learner's, so it does not come back twice."""
+    from coursekit.refresh import refreshed
+
+    release = released(ASSIGNMENT)
+    copy = submission(ASSIGNMENT)
+    index = next(i for i, c in enumerate(copy.cells) if c.metadata.get("nbgrader", {}).get("solution"))
+    second = nbformat.from_dict(copy.cells[index])
+    second.source = "# my working version, kept aside\n" + second.source
+    second.id = "my-copy"
+    copy.cells.insert(index + 1, second)
+    prose = next(c for c in copy.cells if c.cell_type == "markdown" and c.source.strip())
+    prose.id = "an-id-the-release-no-longer-uses"
+    new = refreshed(copy, release)
+    sources = [c.source for c in new.cells]
+    assert sources.count(second.source) == 1, "the second copy of the answer is kept"
+    assert sources.count(copy.cells[index].source) == 1, "the first copy is the answer"
+    assert sources.count(prose.source) == 1, "a given cell whose id changed is not added again"
