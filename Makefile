@@ -29,7 +29,7 @@ help:
 	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
 	@echo "make student-release UPTO=ch03   a copy for a graded class: chapters before UPTO, no answers"
-	@echo "make train    retrain chapter 6's translator checkpoint (about a minute on 2 cores), then sync"
+	@echo "make train    retrain chapter 6's translator checkpoint (about two minutes on 2 cores), then sync"
 
 setup: $(STAMP)
 

@@ -60,6 +60,7 @@ class Result:
     sha256: str = ""         # of the submitted file: a rerun skips unchanged submissions
     flagged: bool = False    # suspected tampering: some cell passed in the kernel but failed its re-check
     sandboxed: bool = True
+    graded_with: str = ""    # digest of what else decides the grade (release, tests, limits): see grading_settings
     timings: dict = field(default_factory=dict)   # seconds per grading phase (make bench), not part of the grade
 
     def line(self) -> str:
@@ -107,6 +108,7 @@ class Course:
         self.notebook_name = self.release.name
         self.prepared = self.workspace / ".work" / "prepared" / assignment
         self.package = self.workspace / ".work" / "lib" / assignment
+        self._settings: dict[tuple, str] = {}
 
     # where things live
     def submitted(self, student: str) -> Path:
@@ -127,6 +129,7 @@ class Course:
         from autograde.worker import run_in_child
         run_in_child(["prepare", self.assignment, str(self.prepared)], timeout=600)
         self._earlier_chapters_package()
+        self._settings.clear()
 
     def _earlier_chapters_package(self) -> None:
         """attnlab assembled from the export cells of the chapters before this one (not whole modules: a
@@ -149,6 +152,25 @@ class Course:
         with Gradebook(f"sqlite:///{self.prepared / 'gradebook.db'}") as gb:
             return float(gb.find_assignment(self.assignment).max_score)
 
+    def grading_settings(self, cell_timeout_s: int, submission_timeout_s: int, use_sandbox: bool) -> str:
+        """A digest of everything besides the submission that decides its grade: the release and its hidden
+        tests, the earlier chapters' reference code, and the limits. A rerun regrades when any of them changed
+        (an instructor who fixes a test, or gives slow cells more time, expects every grade to follow)."""
+        key = (cell_timeout_s, submission_timeout_s, use_sandbox)
+        if key not in self._settings:
+            self._settings[key] = self._digest_settings(*key)
+        return self._settings[key]
+
+    def _digest_settings(self, cell_timeout_s: int, submission_timeout_s: int, use_sandbox: bool) -> str:
+        digest = hashlib.sha256(f"{cell_timeout_s} {submission_timeout_s} {use_sandbox}".encode())
+        source = self.repo / "solutions" / self.assignment / self.notebook_name
+        for path in [self.release, source, *sorted(self.package.rglob("*"))]:
+            if path.is_file():
+                digest.update(str(path.relative_to(self.package if path.is_relative_to(self.package)
+                                                   else self.repo)).encode())
+                digest.update(hashlib.sha256(path.read_bytes()).digest())
+        return digest.hexdigest()
+
     def load_result(self, student: str) -> Result | None:
         path = self.result_file(student)
         return Result.from_dict(json.loads(path.read_text())) if path.is_file() else None
@@ -168,9 +190,11 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
         submission_timeout_s = submission_timeout(cell_timeout_s)
     raw = Path(file).read_bytes() if Path(file).is_file() else b""
     digest = hashlib.sha256(raw).hexdigest()
+    settings = course.grading_settings(cell_timeout_s, submission_timeout_s, use_sandbox)
     if only_if_changed:
         previous = course.load_result(student)
-        if previous is not None and previous.sha256 == digest and previous.sandboxed == use_sandbox:
+        if (previous is not None and previous.sha256 == digest and previous.graded_with == settings
+                and (previous.error or course.feedback(student).is_file())):
             return previous
     submitted = course.submitted(student)
     if Path(file).resolve() != submitted.resolve():
@@ -183,7 +207,8 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
         notebook = read_submission(submitted)
         rebuilt = rebuild(notebook, nbformat.read(course.release, as_version=4), course.assignment)
     except SubmissionError as exc:
-        return _finish(course, _ungradable(course, student, max_score, f"not graded: {exc}"), digest, use_sandbox)
+        return _finish(course, _ungradable(course, student, max_score, f"not graded: {exc}"), digest, use_sandbox,
+                       settings)
 
     if rebuilt.notes:
         notes = "\n".join(f"- {n}" for n in rebuilt.notes)
@@ -202,12 +227,12 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
                      timeout=grading_budget(cell_timeout_s, submission_timeout_s))
     except ChildFailed as exc:
         result = _ungradable(course, student, max_score, f"grading failed: {exc}", rebuilt.notes)
-        return _finish(course, result, digest, use_sandbox)
-    return _finish(course, _read_result(course, student, rebuilt.notes), digest, use_sandbox)
+        return _finish(course, result, digest, use_sandbox, settings)
+    return _finish(course, _read_result(course, student, rebuilt.notes), digest, use_sandbox, settings)
 
 
-def _finish(course: Course, result: Result, digest: str, use_sandbox: bool) -> Result:
-    result.sha256, result.sandboxed = digest, use_sandbox
+def _finish(course: Course, result: Result, digest: str, use_sandbox: bool, settings: str) -> Result:
+    result.sha256, result.sandboxed, result.graded_with = digest, use_sandbox, settings
     course.save_result(result)
     return result
 

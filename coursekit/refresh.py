@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 
 from coursekit.exporting import EXPORT_MARKER
-from coursekit.layout import REPO_ROOT
+from coursekit.layout import CODE_STUB, REPO_ROOT
 from coursekit.workspace import WORK, record_release
 
 
@@ -37,6 +37,17 @@ def _with_release_marker(answer: str, release_source: str) -> str:
             lines[i] = marker
             return "\n".join(lines) + ("\n" if answer.endswith("\n") else "")
     return answer
+
+
+def stale_given_lines(answer: str, release_source: str) -> list[str]:
+    """Lines of code the release gives inside an answer cell (around its `# YOUR CODE HERE`) that the learner's
+    answer lacks: the release changed them (a renamed attribute, say), and the answer still holds the old ones.
+    The learner's text is never rewritten, so these are reported for the learner to copy in."""
+    stub = {line.strip() for line in CODE_STUB.splitlines()}
+    have = {line.strip() for line in answer.splitlines()}
+    return [line for line in release_source.splitlines()
+            if line.strip() and line.strip() not in stub and not EXPORT_MARKER.match(line.strip())
+            and line.strip() not in have]
 
 
 def refreshed(copy: nbformat.NotebookNode, release: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -92,6 +103,16 @@ def refresh(path: Path, release_path: Path, work: Path | None = None, log=print)
     shutil.copy2(path, backup)
     nbformat.write(new, path)
     log(f"refreshed {path} from {release_path} (your answers are kept; the copy as it was is in {backup.name})")
+    answers = {_key(c): c.source for c in reversed(new.cells) if c.metadata.get("nbgrader", {}).get("solution")}
+    for cell in release.cells:
+        key = _key(cell)
+        if cell.metadata.get("nbgrader", {}).get("solution") and key in answers:
+            stale = stale_given_lines(answers[key], cell.source)
+            if stale:
+                shown = "\n".join(f"      {line.strip()}" for line in stale[:6])
+                more = f"\n      ... and {len(stale) - 6} more" if len(stale) > 6 else ""
+                log(f"  answer cell '{key}': the release changed the code it gives around your answer. Your cell "
+                    f"lacks these lines of {release_path.name}; copy them in where they belong:\n{shown}{more}")
     return True
 
 

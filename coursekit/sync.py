@@ -143,9 +143,13 @@ def _committed(root: Path, rel: str) -> bytes | None:
 def _holds_local_edits(root: Path, rel: str, generated: bytes | None) -> bool:
     """True when exercises/<...> holds answers that neither what sync writes now nor what was last committed
     holds: someone typed into it (a learner), so it must not be replaced or removed without a copy. Changed
-    test or prose cells are the instructor's own edits of solutions/, regenerated as usual."""
+    test or prose cells are the instructor's own edits of solutions/, regenerated as usual. The other files
+    of a release are data copied from solutions/ (chapter 6's checkpoint), which no learner types into: a
+    retrained checkpoint that was never committed is not a learner's edit."""
+    if not rel.endswith(".ipynb"):
+        return False
     on_disk = (root / rel).read_bytes()
-    same = same_learner_content if rel.endswith(".ipynb") else bytes.__eq__
+    same = same_learner_content
     if generated is not None and same(on_disk, generated):
         return False
     committed = _committed(root, rel)

@@ -106,10 +106,13 @@ def cases() -> dict[str, tuple]:
         "memory_bomb": (submission(A, after("softmax", "import numpy\n# reserved, not touched: the address-space limit stops it at once, however loaded the machine\n"
                                            "hog = [numpy.empty(2**30, dtype=numpy.uint8) for _ in range(64)]")), 16, False, None),
         "output_flood": (submission(A, after("softmax_np", "for _ in range(10**8):\n    print('x' * 200)")), 16, False, None),
-        "fork_bomb": (submission(A, after("softmax_np",
-                      "import os, time\nfor _ in range(100000):\n    try:\n        pid = os.fork()\n"
-                      "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n        os._exit(0)")),
-                      16, False, None),
+        # In a cell of its own: forking a kernel that holds torch takes 4 s here on a quiet machine, and past
+        # the 10 s cell limit under load, when the cell is stopped and costs its own points (an answer cell
+        # would lose them; that rule is the slow cells' below). What is tested is that the process limit
+        # stops the bomb, and that the cells after it, run while its children live, are graded.
+        "fork_bomb": (with_added_cell("import os, time\nfor _ in range(100000):\n    try:\n        pid = os.fork()\n"
+                                      "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n"
+                                      "        os._exit(0)"), 16, False, None),
         # a slow or endless cell of the student's own costs its own time only, never the grade or a flag
         "file_system_walk": (with_added_cell("import glob\nfound = glob.glob('/**/*.ipynb', recursive=True)\n"
                                              "len(found)"), 16, False, None),

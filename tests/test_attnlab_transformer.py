@@ -30,7 +30,7 @@ def copy_decoder_layer(ours: DecoderLayer, theirs: nn.TransformerDecoderLayer) -
 
 @torch.no_grad()
 def torch_transformer(model: Transformer) -> nn.Transformer:
-    """nn.Transformer holding model's weights (embeddings and generator stay outside, as torch has none)."""
+    """nn.Transformer holding model's weights (embeddings and lm_head stay outside, as torch has none)."""
     c = model.config
     ref = nn.Transformer(c.d_model, c.n_heads, c.n_encoder_layers, c.n_decoder_layers, c.d_ff, dropout=0.0,
                          activation=c.activation, batch_first=True, norm_first=c.norm_first, layer_norm_eps=c.eps)
@@ -44,11 +44,11 @@ def torch_transformer(model: Transformer) -> nn.Transformer:
         copy_decoder_layer(ours, theirs)
     if c.norm_first:
         ref.encoder.norm.load_state_dict(model.encoder.final_norm.state_dict())
-        ref.decoder.norm.load_state_dict(model.decoder_norm.state_dict())
+        ref.decoder.norm.load_state_dict(model.final_norm.state_dict())
     else:
         # nn.Transformer always adds a final norm to both stacks; a post-norm stack (the paper) has none.
         ref.encoder.norm = ref.decoder.norm = None
-    return ref.to(model.generator.weight.dtype).eval()
+    return ref.to(model.lm_head.weight.dtype).eval()
 
 
 @pytest.mark.parametrize("norm_first, activation", [(False, "relu"), (True, "gelu")])
@@ -80,7 +80,7 @@ def test_transformer_equals_torch_transformer(norm_first):
                  tgt_mask=nn.Transformer.generate_square_subsequent_mask(7, dtype=torch.bool),
                  src_key_padding_mask=~source_mask, tgt_key_padding_mask=~target_mask,
                  memory_key_padding_mask=~source_mask)
-    expected = model.generator(hidden)
+    expected = model.lm_head(hidden)
     torch.testing.assert_close(logits[target_mask], expected[target_mask], rtol=1e-10, atol=1e-10)
 
 

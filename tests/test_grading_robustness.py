@@ -57,6 +57,13 @@ def test_class_with_roster_inbox_and_rerun(tmp_path):
     regraded = {p.stem for p in (workspace / "results" / A).glob("*.json") if p.stat().st_mtime_ns != stored.get(p.stem)}
     assert regraded == {"bob"}, regraded
 
+    # Other limits are another grading: slow cells given more time must not keep the grades of the old limit.
+    stored = {p.stem: p.stat().st_mtime_ns for p in (workspace / "results" / A).glob("*.json")}
+    rerun = _class(workspace, "--cell-timeout", "30")
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    regraded = {p.stem for p in (workspace / "results" / A).glob("*.json") if p.stat().st_mtime_ns != stored.get(p.stem)}
+    assert regraded == set(stored), regraded
+
 
 def test_usage_errors_exit_2(tmp_path):
     run = subprocess.run([sys.executable, "-m", "autograde", "grade", "ch99_nothing", "x.ipynb"], cwd=REPO,

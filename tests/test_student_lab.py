@@ -168,3 +168,31 @@ def test_refresh_keeps_a_second_copy_of_an_answer_and_adds_no_stale_given_cell(t
     assert sources.count(second.source) == 1, "the second copy of the answer is kept"
     assert sources.count(copy.cells[index].source) == 1, "the first copy is the answer"
     assert sources.count(prose.source) == 1, "a given cell whose id changed is not added again"
+
+
+def test_refresh_reports_given_code_that_changed_inside_an_answer_cell(tmp_path):
+    """A release that renames something in the code an answer cell gives (chapter 6 renamed its generator to
+    lm_head) cannot rewrite the learner's cell, which holds the old line: make refresh names the lines to copy in."""
+    from coursekit.refresh import refresh
+
+    release_path = REPO / "exercises" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    old = submission(ASSIGNMENT)
+    answers = [c for c in old.cells if c.metadata.get("nbgrader", {}).get("solution") and "def " in c.source]
+    answer, clean = answers[0], answers[1]
+    given = next(line for line in answer.source.splitlines() if line.startswith("def "))
+    older = given.replace("(", "_v0(", 1)                            # the name an older release gave
+    answer.source = answer.source.replace(given, older)
+    test = next(c for c in old.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    test.source += "\nprint('an older test')"                        # the release changed its tests too
+    work = tmp_path / "work"
+    copy = work / ASSIGNMENT / f"{ASSIGNMENT}.ipynb"
+    copy.parent.mkdir(parents=True)
+    nbformat.write(old, copy)
+    said = []
+    assert refresh(copy, release_path, work, log=said.append)
+    reports = [line for line in said if "answer cell" in line]
+    key = answer.metadata["nbgrader"]["grade_id"]
+    assert len(reports) == 1 and f"'{key}'" in reports[0] and given.strip() in reports[0], said
+    assert f"'{clean.metadata['nbgrader']['grade_id']}'" not in reports[0]
+    kept = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in nbformat.read(copy, as_version=4).cells}
+    assert older in kept[key], "the learner's text is not rewritten"

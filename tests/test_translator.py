@@ -78,8 +78,8 @@ def test_short_training_lowers_the_loss(splits):
     en_vocab = Vocab.build([en for _, en in splits["train"]], split_en)
     model = Transformer(translator_config(len(zh_vocab), len(en_vocab)))
     report = train_translator(model, splits["train"], zh_vocab, en_vocab,
-                              TrainingConfig(max_steps=1500, warmup_steps=100, eval_every=10_000, dev_size=500,
-                                             time_limit_s=60.0), progress=False, stop_after=120)
+                              TrainingConfig(max_steps=1500, warmup_steps=100, eval_every=10_000, dev_size=500),
+                              progress=False, stop_after=120)
     uniform = math.log(len(en_vocab))        # the loss of predicting every target word with equal probability
     first, last = sum(report["loss"][:10]) / 10, sum(report["loss"][-10:]) / 10
     assert report["steps"] == 120

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from attnlab.layers.norm import LayerNorm
+
 
 # cell 'sinusoidal_positional_encoding'
 def sinusoidal_positional_encoding(max_len: int, d_model: int) -> torch.Tensor:
@@ -61,7 +63,7 @@ class Embeddings(nn.Module):
         else:
             self.position = None
         self.token_type = nn.Embedding(config.type_vocab_size, config.d_model) if config.type_vocab_size else None
-        self.norm = nn.LayerNorm(config.d_model, eps=config.eps) if config.embedding_norm else None
+        self.norm = LayerNorm(config.d_model, config.eps) if config.embedding_norm else None
 
     def forward(self, token_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         """token_ids: (B, T) int64; token_type_ids: (B, T) or None. Returns (B, T, d_model)."""

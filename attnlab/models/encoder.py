@@ -6,6 +6,7 @@ from torch import nn
 
 from attnlab.layers.embeddings import Embeddings, EncoderConfig
 from attnlab.layers.encoder_layer import EncoderLayer
+from attnlab.layers.norm import LayerNorm
 
 
 # cell 'encoder'
@@ -20,7 +21,7 @@ class Encoder(nn.Module):
             EncoderLayer(config.d_model, config.n_heads, config.d_ff, config.activation, config.norm_first, config.eps)
             for _ in range(config.n_layers))
         # A pre-norm stack leaves its residual stream unnormalised: one final norm, as in GPT-2 and most LLMs.
-        self.final_norm = nn.LayerNorm(config.d_model, eps=config.eps) if config.norm_first else None
+        self.final_norm = LayerNorm(config.d_model, config.eps) if config.norm_first else None
 
     def forward(self, token_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

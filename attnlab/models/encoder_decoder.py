@@ -9,6 +9,7 @@ from torch import nn
 from attnlab.layers.decoder_layer import DecoderLayer
 from attnlab.layers.embeddings import Embeddings, EncoderConfig
 from attnlab.layers.masks import decoder_self_attention_mask
+from attnlab.layers.norm import LayerNorm
 from attnlab.models.encoder import Encoder
 
 
@@ -51,8 +52,8 @@ class Transformer(nn.Module):
         self.decoder_layers = nn.ModuleList(
             decoder_layer(config.d_model, config.n_heads, config.d_ff, config.activation, config.norm_first,
                          config.eps) for _ in range(config.n_decoder_layers))
-        self.decoder_norm = nn.LayerNorm(config.d_model, eps=config.eps) if config.norm_first else None
-        self.generator = nn.Linear(config.d_model, config.target_vocab_size)
+        self.final_norm = LayerNorm(config.d_model, config.eps) if config.norm_first else None
+        self.lm_head = nn.Linear(config.d_model, config.target_vocab_size)
 
     def encode(self, source_ids: torch.Tensor, source_mask: torch.Tensor | None = None) -> torch.Tensor:
         """source_ids: (B, S); source_mask: (B, S), True at real tokens. Returns memory C: (B, S, d_model)."""
@@ -66,9 +67,9 @@ class Transformer(nn.Module):
         self_mask = decoder_self_attention_mask(target_ids.shape[1], 0, target_mask, device=target_ids.device)
         for layer in self.decoder_layers:
             x = layer(x, memory, self_mask, source_mask)
-        if self.decoder_norm is not None:
-            x = self.decoder_norm(x)
-        return self.generator(x)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return self.lm_head(x)
 
     def forward(self, source_ids: torch.Tensor, target_ids: torch.Tensor, source_mask: torch.Tensor | None = None,
                 target_mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -27,7 +27,6 @@ class TrainingConfig:
     max_steps: int = 1500            # the learning rate decays linearly to 0 at this step
     eval_every: int = 100            # steps between dev-set checks
     dev_size: int = 500              # training sentences held back to decide when to stop
-    time_limit_s: float = 110.0
 
 
 def translator_config(source_vocab_size: int, target_vocab_size: int) -> TransformerConfig:
@@ -92,9 +91,6 @@ def train_translator(model: Transformer, pairs: list[tuple[str, str]], source_vo
                 break
         if stop_after is not None and step + 1 >= stop_after:
             stop_reason = "stop_after"
-            break
-        if time.perf_counter() - start > config.time_limit_s:
-            stop_reason = "time limit"
             break
     bar.close()
     model.eval()

@@ -91,8 +91,8 @@ def _grader_decode(model, target_ids, memory, source_mask=None, target_mask=None
             layer, x, memory, tgt_mask=torch.ones(t, t, dtype=torch.bool).triu(1),
             tgt_key_padding_mask=None if target_mask is None else ~target_mask.bool(),
             memory_key_padding_mask=None if source_mask is None else ~source_mask.bool())
-    x = x if model.decoder_norm is None else model.decoder_norm(x)
-    return model.generator(x)
+    x = x if model.final_norm is None else model.final_norm(x)
+    return model.lm_head(x)
 '''
 
 CONFIG = ("TransformerConfig(source_vocab_size=30, target_vocab_size=25, d_model=24, n_heads=3, d_ff=40, "
@@ -116,7 +116,7 @@ with torch.no_grad():
 GREEDY_CODE = "import torch\nfrom types import MethodType\nfrom torch import nn\n" + BUILD + '''
 model = _course_model(inputs)
 with torch.no_grad():
-    model.generator.weight.mul_(20.0)
+    model.lm_head.weight.mul_(20.0)
 model.decode = MethodType(_grader_decode, model)
 calls = []
 _encode = model.encode
@@ -157,7 +157,7 @@ def _greedy_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     from attnlab.decoding.beam_search import greedy_translate
     model, scope = _grader_model(i)
     with torch.no_grad():
-        model.generator.weight.mul_(20.0)
+        model.lm_head.weight.mul_(20.0)
     model.decode = MethodType(scope["_grader_decode"], model)
     return greedy_translate(model, i["source"], i["source_mask"], max_len=8, eos_id=5).double(), torch.tensor(1.0)
 
