@@ -181,6 +181,20 @@ class Course:
         path.write_text(json.dumps(result.as_dict(), indent=1))
 
 
+GRADING_FAILED = "grading failed: "
+
+
+def reusable(previous: Result, digest: str, settings: str, has_feedback: bool) -> bool:
+    """Whether a stored result stands for a rerun: the same bytes graded the same way, with its feedback page.
+    A grading that failed (a worker killed from outside, a machine out of memory) is tried again: the next
+    attempt may succeed, and a failure is never kept as a grade."""
+    if previous.sha256 != digest or previous.graded_with != settings:
+        return False
+    if previous.error.startswith(GRADING_FAILED):
+        return False
+    return bool(previous.error) or has_feedback
+
+
 def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_TIMEOUT_S,
           submission_timeout_s: int | None = None, use_sandbox: bool = True,
           only_if_changed: bool = False) -> Result:
@@ -193,8 +207,7 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
     settings = course.grading_settings(cell_timeout_s, submission_timeout_s, use_sandbox)
     if only_if_changed:
         previous = course.load_result(student)
-        if (previous is not None and previous.sha256 == digest and previous.graded_with == settings
-                and (previous.error or course.feedback(student).is_file())):
+        if previous is not None and reusable(previous, digest, settings, course.feedback(student).is_file()):
             return previous
     submitted = course.submitted(student)
     if Path(file).resolve() != submitted.resolve():
@@ -226,7 +239,7 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
                       "1" if use_sandbox else "0", str(course.package), str(submission_timeout_s)],
                      timeout=grading_budget(cell_timeout_s, submission_timeout_s))
     except ChildFailed as exc:
-        result = _ungradable(course, student, max_score, f"grading failed: {exc}", rebuilt.notes)
+        result = _ungradable(course, student, max_score, f"{GRADING_FAILED}{exc}", rebuilt.notes)
         return _finish(course, result, digest, use_sandbox, settings)
     return _finish(course, _read_result(course, student, rebuilt.notes), digest, use_sandbox, settings)
 

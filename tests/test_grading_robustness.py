@@ -101,3 +101,18 @@ def test_feedback_math_renders_offline_in_a_browser(graded, repo):
         shots.mkdir(parents=True, exist_ok=True)
         b.page.screenshot(path=str(shots / "feedback_ch01.png"), full_page=True)
         assert not b.remote_requests(), b.remote_requests()
+
+
+def test_a_rerun_keeps_a_grade_only_for_the_same_bytes_graded_the_same_way():
+    from autograde.grading import GRADING_FAILED, Result, reusable
+
+    graded = Result("ann", A, 16, 16, sha256="abc", graded_with="limits-1")
+    assert reusable(graded, "abc", "limits-1", has_feedback=True)
+    assert not reusable(graded, "abd", "limits-1", has_feedback=True), "the submission changed"
+    assert not reusable(graded, "abc", "limits-2", has_feedback=True), "the release, tests or limits changed"
+    assert not reusable(graded, "abc", "limits-1", has_feedback=False), "its feedback page is gone"
+    not_a_notebook = Result("ann", A, 0, 16, error="not graded: not valid notebook JSON", sha256="abc",
+                            graded_with="limits-1")
+    assert reusable(not_a_notebook, "abc", "limits-1", has_feedback=False)
+    failed = Result("ann", A, 0, 16, error=f"{GRADING_FAILED}exit status -9", sha256="abc", graded_with="limits-1")
+    assert not reusable(failed, "abc", "limits-1", has_feedback=False), "a failed grading is tried again"
