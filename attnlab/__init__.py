@@ -3,12 +3,16 @@
 
 Modules, by role; after each, what it holds and (in brackets) the chapter that writes it:
 
+    attnlab.chat
+        Chat, main [7]
     attnlab.decoding.beam_search
         beam_search, greedy_translate [6]
     attnlab.decoding.generation
         Generation, LanguageModel, generate [5]
     attnlab.decoding.sampling
         filter_logits, next_token [5]
+    attnlab.decoding.streaming
+        stream [7]
     attnlab.layers.attention
         attention_scores, scaled_dot_product_attention [1]
     attnlab.layers.decoder_layer
@@ -19,6 +23,9 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         EncoderLayer [3]
     attnlab.layers.feedforward
         FeedForward [3]
+        SwiGLU [7]
+    attnlab.layers.grouped_attention
+        grouped_query_attention, repeat_kv, GroupedQueryAttention [7]
     attnlab.layers.kv_cache
         Cache, KVCache [5]
     attnlab.layers.masks
@@ -28,16 +35,21 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         merge_heads, split_heads, MultiHeadAttention [2]
     attnlab.layers.norm
         layer_norm, LayerNorm, AddNorm [3]
+        RMSNorm [7]
     attnlab.layers.pooling
         mean_pool [4]
+    attnlab.layers.rope
+        apply_rope, apply_rope_interleaved, rope_angles [7]
     attnlab.layers.softmax
         softmax_np, softmax [1]
     attnlab.models.causal_lm
-        CausalLM, CausalLMConfig, CausalSelfAttention, DecoderOnlyBlock [5]
+        CausalLM, CausalLMConfig, CausalSelfAttention, DecoderOnlyBlock, decoder_inputs [5]
     attnlab.models.encoder
         Encoder [4]
     attnlab.models.encoder_decoder
         Transformer, TransformerConfig [6]
+    attnlab.models.llama
+        LlamaConfig, LlamaBlock, Llama [7]
     attnlab.translator.corpus
         ADJECTIVES, HELD_OUT_NUMBER_NOUN, HELD_OUT_SUBJECT_VERB, NOUNS, NUMBERS, SUBJECTS, Sentence,
         VERBS, make_sentences, make_splits [6]
@@ -46,6 +58,11 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         train_translator, translator_config [6]
     attnlab.translator.vocabulary
         BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab, split_en, split_zh [6]
+    attnlab.weights.gguf
+        GGUF_LAYER_NAMES, SMOLLM2_FILE, llama_config_from_gguf, load_llama_gguf, read_gguf,
+        smollm2_path, unpermute_qk [7]
+    attnlab.weights.gguf_tokenizer
+        DEFAULT_SYSTEM, chat_prompt, tokenizer_from_gguf [7]
     attnlab.weights.gpt2
         causal_lm_config_from_gpt2, gpt2_to_attnlab, load_gpt2 [6]
     attnlab.weights.minilm

@@ -183,7 +183,8 @@ SUBPACKAGES = {
     "models": "whole models assembled from the layers: the encoder, the decoder-only language model, the "
               "encoder-decoder Transformer",
     "decoding": "turning a model's logits into text: sampling filters, generate() with a KV cache, beam search",
-    "weights": "real pretrained weights loaded into the course's models (MiniLM, GPT-2)",
+    "weights": "real pretrained weights loaded into the course's models (MiniLM, GPT-2, and SmolLM2 from a GGUF "
+               "file with its tokenizer)",
     "translator": "chapter 6's Chinese-English translator: its corpus, its word vocabulary, its training",
 }
 

@@ -102,31 +102,40 @@ class CausalLM(nn.Module):
 
     def forward(self, token_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 caches: list[Cache] | None = None) -> torch.Tensor:
-        if token_ids.dim() != 2 or token_ids.is_floating_point():
-            raise ValueError(f"token_ids must be a (B, t_new) integer tensor, got {token_ids.dtype} "
-                             f"{tuple(token_ids.shape)}")
-        batch_size, t_new = token_ids.shape
-        if t_new == 0:
-            raise ValueError("token_ids is empty: give at least one token (a prompt cannot be empty)")
-        if token_ids.min() < 0 or token_ids.max() >= self.config.vocab_size:
-            raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}, "
-                             f"got {token_ids.min().item()}..{token_ids.max().item()}")
-        if caches is not None and len(caches) != len(self.layers):
-            raise ValueError(f"need one cache per layer ({len(self.layers)}), got {len(caches)}")
-        past = 0 if caches is None else caches[0].length
-        if past + t_new > self.config.max_seq_len:
-            raise ValueError(f"{past} cached + {t_new} new tokens exceed max_seq_len = {self.config.max_seq_len}")
-        if attention_mask is None:
-            positions = torch.arange(past, past + t_new, device=token_ids.device)[None, :]   # (1, t_new)
-        else:
-            if attention_mask.shape != (batch_size, past + t_new):
-                raise ValueError(f"attention_mask must be (B, past + t_new) = ({batch_size}, {past + t_new}), "
-                                 f"got {tuple(attention_mask.shape)}")
-            # Count real tokens only, so left padding does not shift the positions of the prompt.
-            positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]          # (B, t_new)
+        past, positions = decoder_inputs(token_ids, attention_mask, caches, self.config, len(self.layers))
+        t_new = token_ids.shape[1]
         x = self.token(token_ids) + self.position(positions)                                 # (B, t_new, d_model)
         # One mask for every layer: (t_new, past + t_new), or (B, 1, t_new, past + t_new) with padding.
         mask = self.mask_function(t_new, past, attention_mask, device=token_ids.device)
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if caches is None else caches[i])
         return self.lm_head(self.final_norm(x))                                              # (B, t_new, vocab)
+
+
+def decoder_inputs(token_ids: torch.Tensor, attention_mask: torch.Tensor | None, caches: list[Cache] | None,
+                   config, n_layers: int) -> tuple[int, torch.Tensor]:
+    """Check a decoder-only model's inputs (token_ids (B, t_new); attention_mask (B, past + t_new), True at real
+    tokens; one cache per layer) against config's vocab_size and max_seq_len. Returns past, the number of
+    cached positions, and positions (B or 1, t_new), each new token's position: CausalLM adds learned position
+    embeddings at them, chapter 7's Llama rotates queries and keys by them."""
+    if token_ids.dim() != 2 or token_ids.is_floating_point():
+        raise ValueError(f"token_ids must be a (B, t_new) integer tensor, got {token_ids.dtype} "
+                         f"{tuple(token_ids.shape)}")
+    batch_size, t_new = token_ids.shape
+    if t_new == 0:
+        raise ValueError("token_ids is empty: give at least one token (a prompt cannot be empty)")
+    if token_ids.min() < 0 or token_ids.max() >= config.vocab_size:
+        raise ValueError(f"token ids must be in 0..{config.vocab_size - 1}, "
+                         f"got {token_ids.min().item()}..{token_ids.max().item()}")
+    if caches is not None and len(caches) != n_layers:
+        raise ValueError(f"need one cache per layer ({n_layers}), got {len(caches)}")
+    past = 0 if caches is None else caches[0].length
+    if past + t_new > config.max_seq_len:
+        raise ValueError(f"{past} cached + {t_new} new tokens exceed max_seq_len = {config.max_seq_len}")
+    if attention_mask is None:
+        return past, torch.arange(past, past + t_new, device=token_ids.device)[None, :]   # (1, t_new)
+    if attention_mask.shape != (batch_size, past + t_new):
+        raise ValueError(f"attention_mask must be (B, past + t_new) = ({batch_size}, {past + t_new}), "
+                         f"got {tuple(attention_mask.shape)}")
+    # Count real tokens only, so left padding does not shift the positions of the prompt.
+    return past, (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, past:]                 # (B, t_new)
