@@ -64,6 +64,6 @@ class RMSNorm(nn.Module):
         """x: (..., d_model) -> the same shape and dtype."""
         if x.shape[-1] != self.weight.shape[0]:
             raise ValueError(f"RMSNorm of d_model = {self.weight.shape[0]} got x of shape {tuple(x.shape)}")
-        x32 = x.float()
+        x32 = x.to(torch.promote_types(x.dtype, torch.float32))        # float32 at least: bf16 squares underflow
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)

@@ -26,12 +26,13 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0)
         raise ValueError(f"x must be (B, H, T, D) and positions (B or 1, T); got {tuple(x.shape)} and "
                          f"{tuple(positions.shape)}")
     cos, sin = rope_angles(positions, x.shape[-1], theta)          # (B or 1, 1, T, D/2)
-    x1, x2 = x.float().chunk(2, dim=-1)                            # the two halves: pair i is (x1[i], x2[i])
+    x1, x2 = x.to(torch.promote_types(x.dtype, torch.float32)).chunk(2, dim=-1)    # pair i is (x1[i], x2[i])
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
 
 
 def apply_rope_interleaved(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
     """The same rotation with pairs (2i, 2i + 1): the paper's, GPT-J's and llama.cpp's convention."""
     cos, sin = rope_angles(positions, x.shape[-1], theta)
-    even, odd = x.float()[..., 0::2], x.float()[..., 1::2]
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))
+    even, odd = wide[..., 0::2], wide[..., 1::2]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2).to(x.dtype)

@@ -28,8 +28,9 @@ def smollm2_path() -> Path:
     return path
 
 
-def read_gguf(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    """(metadata, tensors) of a GGUF file: every tensor dequantised to float32, in torch's (out, in) order."""
+def read_gguf(path: Path, names: set[str] | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(metadata, tensors) of a GGUF file: its tensors (those in `names`, if given) dequantised to float32, in
+    torch's (out, in) order."""
     import gguf           # imported here: only loading real weights needs it
     path = Path(path)
     if not path.is_file():
@@ -44,6 +45,8 @@ def read_gguf(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
             metadata[key] = field.contents()
     tensors = {}
     for tensor in reader.tensors:
+        if names is not None and tensor.name not in names:
+            continue
         values = gguf.quants.dequantize(tensor.data, tensor.tensor_type)
         # GGUF lists dimensions fastest first: (in, out) there is (out, in) here, torch's nn.Linear order.
         shape = tuple(int(n) for n in reversed(tensor.shape))
