@@ -7,6 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ASSIGNMENT ?= ch01_qkv_softmax
 WORKERS ?= 2
+ATTNLAB ?=
 PORT ?= 8000
 LAB_PORT ?= 8888
 
@@ -16,7 +17,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve test lab refresh sync export grade bench train clean student-release
+.PHONY: help system setup book serve test lab refresh sync export chat grade bench train clean student-release
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
@@ -25,6 +26,7 @@ help:
 	@echo "make lab      JupyterLab on work/, your own copy of exercises/ (students; LAB_PORT=$(LAB_PORT))"
 	@echo "make refresh  bring work/ up to date with changed releases, keeping your answers"
 	@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
+	@echo "make chat     chat with SmolLM2-135M-Instruct on attnlab (ATTNLAB=_student: on your own export)"
 	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors; never touches work/)"
 	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
@@ -37,9 +39,10 @@ setup: $(STAMP)
 system:
 	@bash coursekit/system_packages.sh
 
-$(STAMP): requirements.txt Makefile | system
+$(STAMP): requirements.txt requirements-nodeps.txt Makefile | system
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 	# Make the repository's packages (attnlab, coursekit, autograde) importable from any folder,
 	# e.g. from a notebook's kernel in exercises/chNN_*/.
 	$(PY) -c 'import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "attnlab-course.pth").write_text("$(CURDIR)\n")'
@@ -73,6 +76,10 @@ sync: $(STAMP)
 
 export: $(STAMP)
 	$(PY) -m coursekit.export
+
+# ATTNLAB=_student runs the learner's own package (`make export`) instead of the course's reference code.
+chat: $(STAMP)
+	PYTHONPATH=$(ATTNLAB) $(PY) -P -m attnlab.chat
 
 grade: $(STAMP)
 	$(PY) -m autograde class $(ASSIGNMENT) --workers $(WORKERS)

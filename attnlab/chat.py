@@ -4,6 +4,7 @@
 import argparse
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 
 import torch
 
@@ -51,6 +52,18 @@ class Chat:
         return answer
 
 
+def _typed() -> Iterator[str]:
+    """Questions typed at the prompt, until an empty line or the end of the input."""
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            return
+        if not line.strip():
+            return
+        yield line
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Chat with SmolLM2-135M-Instruct on attnlab (greedy, on the CPU).")
     parser.add_argument("prompts", nargs="*", help="questions to answer in turn (default: type them in)")
@@ -62,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     chat = Chat(max_new_tokens=args.max_new_tokens)
     print(f"SmolLM2-135M-Instruct loaded in {time.perf_counter() - started:.1f} s. "
           + ("" if args.prompts else "Type a question, or an empty line to stop."), flush=True)
-    questions = iter(args.prompts) if args.prompts else iter(lambda: input("> "), "")
-    for question in questions:
+    for question in args.prompts or _typed():
         if args.prompts:
             print(f"> {question}")
         started = time.perf_counter()

@@ -27,7 +27,7 @@ from coursekit.sync import ROOT, chapter_notebooks, chapter_number, name_chapter
 TOOLING = ["coursekit/__init__.py", "coursekit/lab.py", "coursekit/export.py", "coursekit/exporting.py",
            "coursekit/workspace.py", "coursekit/release.py", "coursekit/sync.py", "coursekit/layout.py",
            "coursekit/refresh.py", "coursekit/system_packages.sh", "coursekit/jupyter_student"]
-TOP_LEVEL = ["requirements.txt", "_config.yml", "_static", ".gitignore"]
+TOP_LEVEL = ["requirements.txt", "requirements-nodeps.txt", "_config.yml", "_static", ".gitignore"]
 
 MAKEFILE = """# The student copy of the course (made by `make student-release`): read, practise, export.
 PYTHON ?= python3
@@ -40,7 +40,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve lab refresh export
+.PHONY: help system setup book serve lab refresh export chat
 
 help:
 \t@echo "make book     build the website into _build/html"
@@ -48,15 +48,17 @@ help:
 \t@echo "make lab      JupyterLab on work/, your own copy of exercises/ (LAB_PORT=$(LAB_PORT))"
 \t@echo "make refresh  bring work/ up to date with a new copy of the course, keeping your answers"
 \t@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
+\t@echo "make chat     chat with SmolLM2 on your own attnlab (after chapter 7 and make export)"
 
 system:
 \t@bash coursekit/system_packages.sh
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt Makefile | system
+$(STAMP): requirements.txt requirements-nodeps.txt Makefile | system
 \ttest -x $(PY) || $(PYTHON) -m venv $(VENV)
 \t$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+\t$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 \t$(PY) -c 'import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "attnlab-course.pth").write_text("$(CURDIR)\\\\n")'
 \tmkdir -p $(VENV)/etc/ipython
 \techo 'c.IPKernelApp.log_level = "ERROR"' > $(VENV)/etc/ipython/ipython_kernel_config.py
@@ -77,6 +79,9 @@ refresh: $(STAMP)
 
 export: $(STAMP)
 \t$(PY) -m coursekit.export
+
+chat: $(STAMP)
+\tPYTHONPATH=_student $(PY) -P -m attnlab.chat
 """
 
 README = """# Attention, from QKV to PagedAttention: your copy of the course
