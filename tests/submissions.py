@@ -82,10 +82,15 @@ MIN_ANSWER_CHARS = 20     # shorter lines (`return out`) are too common to mean 
 
 
 def answer_lines(assignment: str) -> set[str]:
-    """Lines of the chapter's solution code and hidden tests that its release does not contain: what must
-    never reach a student before the chapter is graded."""
+    """Lines of the chapter's solution code and hidden tests that neither its release nor an earlier chapter
+    contains: what must never reach a student before the chapter is graded. (A line an earlier chapter already
+    wrote, such as chapter 5's pre-norm residual that chapter 7's block repeats, gives nothing away.)"""
     source = nbformat.read(REPO / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
     released_lines = {line.strip() for cell in released(assignment).cells for line in cell.source.splitlines()}
+    for earlier in sorted((REPO / "solutions").glob("ch[0-9][0-9]_*")):
+        if earlier.name < assignment:
+            notebook = nbformat.read(earlier / f"{earlier.name}.ipynb", as_version=4)
+            released_lines |= {line.strip() for cell in notebook.cells for line in cell.source.splitlines()}
     lines = set()
     for cell in source.cells:
         text = cell.source

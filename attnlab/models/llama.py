@@ -83,9 +83,8 @@ class Llama(nn.Module):
         max_len = c.max_seq_len if max_len is None else max_len
         if not 1 <= max_len <= c.max_seq_len:
             raise ValueError(f"a cache of {max_len} positions does not fit max_seq_len = {c.max_seq_len}")
-        weight = self.token.weight
-        return [KVCache(batch_size, c.n_kv_heads, max_len, c.d_head, weight.dtype, weight.device)
-                for _ in range(c.n_layers)]
+        dtype, device = self.token.weight.dtype, self.token.weight.device
+        return [KVCache(batch_size, c.n_kv_heads, max_len, c.d_head, dtype, device) for _ in range(c.n_layers)]
 
     def forward(self, token_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 caches: list[Cache] | None = None) -> torch.Tensor:

@@ -1,0 +1,116 @@
+"""Chapter 7: SmolLM2-135M-Instruct decoding on attnlab against transformers' generate on the same weights (float32,
+batch 1 and 8), the decode rate as a share of this machine's memory bandwidth, MHA / GQA / MQA decoding at 4k
+context with d_model fixed, and SmolLM2's cache bytes per token against the formula."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from attnlab.decoding.generation import generate
+from attnlab.models.llama import Llama, LlamaConfig
+from attnlab.weights.gguf import load_llama_gguf
+
+NEW_TOKENS = 32
+
+
+def _hf_twin(model: Llama):
+    import transformers
+    from transformers import LlamaConfig as HFLlamaConfig
+    from transformers import LlamaForCausalLM
+    transformers.utils.logging.set_verbosity_error()
+    c = model.config
+    hf = LlamaForCausalLM(HFLlamaConfig(
+        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, rope_theta=c.rope_theta,
+        rms_norm_eps=c.eps, max_position_embeddings=c.max_seq_len, tie_word_embeddings=c.tie_embeddings,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
+    names = {"attn.w_q": "self_attn.q_proj", "attn.w_k": "self_attn.k_proj", "attn.w_v": "self_attn.v_proj",
+             "attn.w_o": "self_attn.o_proj", "feed_forward.w_gate": "mlp.gate_proj",
+             "feed_forward.w_up": "mlp.up_proj", "feed_forward.w_down": "mlp.down_proj",
+             "norm1": "input_layernorm", "norm2": "post_attention_layernorm"}
+    state = {"model.embed_tokens.weight": model.token.weight, "model.norm.weight": model.final_norm.weight,
+             "lm_head.weight": model.lm_head.weight}
+    for i, layer in enumerate(model.layers):
+        state |= {f"model.layers.{i}.{theirs}.weight": layer.get_submodule(ours).weight for ours, theirs in names.items()}
+    hf.load_state_dict(state)
+    return hf
+
+
+def _read_bandwidth() -> float:
+    """Bytes per second of reading a 512 MiB float32 tensor (a sum touches every byte once), best of 5."""
+    x = torch.ones(128 * 2**20)
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - start)
+    return x.nbytes / best
+
+
+def _against_transformers(model: Llama) -> list[str]:
+    hf = _hf_twin(model)
+    prompt = torch.randint(0, model.config.vocab_size, (8, 24), generator=torch.Generator().manual_seed(0))
+    lines = []
+    bandwidth = _read_bandwidth()
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    lines.append(f"this machine reads memory at {bandwidth / 1e9:.1f} GB/s (one sum over 512 MiB, best of 5)")
+    with torch.no_grad():
+        for batch in (1, 8):
+            ids = prompt[:batch]
+            generate(model, ids, 4)                                                    # warm-up
+            hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False)
+            seconds = {"attnlab": [], "transformers": []}
+            for _ in range(3):                                                         # interleaved rounds
+                start = time.perf_counter()
+                ours = generate(model, ids, NEW_TOKENS).tokens
+                seconds["attnlab"].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                theirs = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW_TOKENS,
+                                     do_sample=False)
+                seconds["transformers"].append(time.perf_counter() - start)
+            rate = {name: batch * NEW_TOKENS / sorted(s)[1] for name, s in seconds.items()}
+            lines.append(f"SmolLM2 float32, batch {batch}, {NEW_TOKENS} new tokens after 24: attnlab "
+                         f"{rate['attnlab']:.1f} tok/s, transformers {rate['transformers']:.1f} tok/s, ratio "
+                         f"attnlab/transformers = {rate['attnlab'] / rate['transformers']:.2f}x "
+                         f"(same tokens: {torch.equal(ours, theirs)})")
+            # Each decoding step reads every weight once, and each sequence's cache (a few dozen tokens here).
+            cache_bytes = batch * 40 * 46_080
+            step_bytes = weight_bytes + cache_bytes
+            steps_per_s = rate["attnlab"] / batch
+            lines.append(f"  attnlab reads {step_bytes / 1e6:.0f} MB per step: {steps_per_s * step_bytes / 1e9:.2f} "
+                         f"GB/s, {steps_per_s * step_bytes / bandwidth:.0%} of this machine's read bandwidth")
+    return lines
+
+
+def _mha_gqa_mqa() -> list[str]:
+    """Decoding 16 tokens after a 4,096-token cache, d_model 512 with 8 heads of 64, 4 layers."""
+    lines = []
+    context = 4096
+    for n_kv_heads, name in ((8, "MHA"), (2, "GQA 4:1"), (1, "MQA")):
+        torch.manual_seed(0)
+        model = Llama(LlamaConfig(vocab_size=1000, d_model=512, n_heads=8, n_kv_heads=n_kv_heads, d_ff=1376,
+                                  n_layers=4, max_seq_len=context + 32)).eval()
+        caches = model.new_caches(1, context + 32)
+        with torch.no_grad():
+            model(torch.randint(0, 1000, (1, context)), caches=caches)                # fill the cache
+            token = torch.randint(0, 1000, (1, 1))
+            start = time.perf_counter()
+            for _ in range(16):
+                model(token, caches=caches)
+            rate = 16 / (time.perf_counter() - start)
+        per_token = sum(c.nbytes for c in caches) // (context + 32)
+        lines.append(f"{name:8s} (n_kv_heads {n_kv_heads}): {rate:6.1f} tok/s at {context} cached tokens, "
+                     f"cache {per_token:,} B per token ({per_token * context / 2**20:.0f} MiB at {context})")
+    return lines
+
+
+def run() -> list[str]:
+    torch.set_num_threads(2)
+    model, _ = load_llama_gguf(max_seq_len=512)
+    c = model.config
+    per_token = sum(cache.nbytes for cache in model.new_caches(1, 1))
+    formula = 2 * c.n_layers * c.n_kv_heads * c.d_head * 4
+    lines = [f"SmolLM2 cache bytes per token (float32): {per_token:,} measured, {formula:,} by "
+             f"2 * n_layers * n_kv_heads * d_head * 4 (equal: {per_token == formula})"]
+    return lines + _against_transformers(model) + _mha_gqa_mqa()
