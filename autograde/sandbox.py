@@ -85,6 +85,11 @@ def _system_mounts() -> list[str]:
     return args
 
 
+# Set wherever students' code is graded: cells that grade nothing and cost seconds (chapter 7's demo loads
+# SmolLM2) skip themselves.
+GRADING_ENV = {"ATTNLAB_GRADING": "1"}
+
+
 def run_uid() -> int:
     """A user id for one sandboxed run: the grading process's pid is unique among concurrent runs."""
     return UID_BASE + os.getpid() % UID_SPAN
@@ -104,9 +109,7 @@ def command(argv: list[str], work: Path, package: Path | None, uid: int = NOBODY
            "IPYTHONDIR": "/tmp/sandbox/work/.ipython", "MPLCONFIGDIR": "/tmp/sandbox/work/.matplotlib",
            "PYTHONPATH": "/tmp/sandbox/lib", "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE",
            "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-           "PYTHONDONTWRITEBYTECODE": "1",
-           # Cells that grade nothing and cost seconds (chapter 7 loads SmolLM2 for a demo) skip themselves.
-           "ATTNLAB_GRADING": "1"}
+           "PYTHONDONTWRITEBYTECODE": "1", **GRADING_ENV}
     args += ["--clearenv"]
     for key, value in env.items():
         args += ["--setenv", key, value]

@@ -2,10 +2,12 @@
 every probe passes on the reference solution, and fails on each known-wrong implementation for the cells it must
 lose. (The sandboxed run of the same probes is exercised by test_grading.py and test_hostile.py.)"""
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from autograde.recheck import student_code_cells
+from autograde.sandbox import GRADING_ENV
 from autograde.rechecks import compare, probes_for
 from coursekit.sync import chapter_notebooks
 from tests.submissions import REPO, known_wrong, submission
@@ -36,7 +39,8 @@ def verdicts(assignment: str, replace: dict[str, str] | None = None, seed: int =
             "cells": student_code_cells(submission(assignment, replace)),
             "probes": {name: probe.code for name, probe in probes.items()}}))
         run = subprocess.run([sys.executable, str(REPO / "autograde" / "sandbox_runner.py"), "probe", "code.json",
-                              "inputs.safetensors", ".", "60"], cwd=work, capture_output=True, text=True, timeout=600)
+                              "inputs.safetensors", ".", "60"], cwd=work, capture_output=True, text=True, timeout=600,
+                             env={**os.environ, **GRADING_ENV})
         assert run.returncode == 0, run.stderr
         out = {}
         for name, probe in probes.items():
@@ -60,8 +64,10 @@ def test_reference_solution_passes_every_probe(assignment):
 
 @pytest.mark.parametrize("assignment", WITH_PROBES)
 def test_known_wrong_implementations_fail_their_probes(assignment):
-    for wrong in known_wrong(assignment):
-        got = verdicts(assignment, {wrong["cell"]: wrong["code"]})
+    wrongs = known_wrong(assignment)
+    with ThreadPoolExecutor(max_workers=2) as pool:            # each run is a process of its own
+        runs = list(pool.map(lambda wrong: verdicts(assignment, {wrong["cell"]: wrong["code"]}), wrongs))
+    for wrong, got in zip(wrongs, runs):
         for cell in wrong["loses"]:
             if cell in got:
                 assert got[cell], f"{wrong['name']} ({wrong['why']}) passes the re-check of {cell}"
