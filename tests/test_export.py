@@ -107,3 +107,25 @@ def test_students_own_decoder_translates_and_runs_gpt2(tmp_path):
     run = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert "['i have a cat', 'she keeps three cats']" in run.stdout and "gpt2 greedy equal: True" in run.stdout, run.stdout
+
+
+CHAT = """
+import attnlab.chat, attnlab.layers.grouped_attention, attnlab.layers.rope, attnlab.models.llama, attnlab.weights.gguf
+for module in (attnlab.chat, attnlab.layers.grouped_attention, attnlab.layers.rope, attnlab.models.llama,
+               attnlab.weights.gguf):
+    assert "_student" in module.__file__, module.__file__
+raise SystemExit(attnlab.chat.main(["What is the capital of France?", "--max-new-tokens", "20"]))
+"""
+
+
+def test_students_own_llama_chats_with_smollm2(tmp_path):
+    """Every chapter filled in as a student would, exported: `make chat ATTNLAB=_student` (attnlab.chat on that
+    package alone) loads SmolLM2's real weights into the student's Llama and answers."""
+    from coursekit.sync import chapter_notebooks
+    chapters = [nb.parent.name for nb in chapter_notebooks()]
+    assert "ch07_llama_gqa" in chapters
+    out = _export(tmp_path, submission(ASSIGNMENT), [(a, submission(a)) for a in chapters if a != ASSIGNMENT])
+    env = {"PYTHONPATH": str(out), "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, "-P", "-c", CHAT], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "Paris" in run.stdout, run.stdout
