@@ -10,31 +10,9 @@ import torch
 from attnlab.decoding.generation import generate
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.weights.gguf import load_llama_gguf
+from tests.llama_reference import transformers_twin
 
 NEW_TOKENS = 32
-
-
-def _hf_twin(model: Llama):
-    import transformers
-    from transformers import LlamaConfig as HFLlamaConfig
-    from transformers import LlamaForCausalLM
-    transformers.utils.logging.set_verbosity_error()
-    c = model.config
-    hf = LlamaForCausalLM(HFLlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, rope_theta=c.rope_theta,
-        rms_norm_eps=c.eps, max_position_embeddings=c.max_seq_len, tie_word_embeddings=c.tie_embeddings,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
-    names = {"attn.w_q": "self_attn.q_proj", "attn.w_k": "self_attn.k_proj", "attn.w_v": "self_attn.v_proj",
-             "attn.w_o": "self_attn.o_proj", "feed_forward.w_gate": "mlp.gate_proj",
-             "feed_forward.w_up": "mlp.up_proj", "feed_forward.w_down": "mlp.down_proj",
-             "norm1": "input_layernorm", "norm2": "post_attention_layernorm"}
-    state = {"model.embed_tokens.weight": model.token.weight, "model.norm.weight": model.final_norm.weight,
-             "lm_head.weight": model.lm_head.weight}
-    for i, layer in enumerate(model.layers):
-        state |= {f"model.layers.{i}.{theirs}.weight": layer.get_submodule(ours).weight for ours, theirs in names.items()}
-    hf.load_state_dict(state)
-    return hf
 
 
 def _read_bandwidth() -> float:
@@ -49,7 +27,9 @@ def _read_bandwidth() -> float:
 
 
 def _against_transformers(model: Llama) -> list[str]:
-    hf = _hf_twin(model)
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    hf = transformers_twin(model)
     prompt = torch.randint(0, model.config.vocab_size, (8, 24), generator=torch.Generator().manual_seed(0))
     lines = []
     bandwidth = _read_bandwidth()

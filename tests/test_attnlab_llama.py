@@ -5,37 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch import nn
-from transformers import LlamaConfig as HFLlamaConfig
-from transformers import LlamaForCausalLM
-
 from attnlab.decoding.generation import generate
 from attnlab.layers.grouped_attention import GroupedQueryAttention
 from attnlab.layers.multihead import MultiHeadAttention
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.weights.gguf import llama_config_from_gguf, load_llama_gguf, read_gguf, smollm2_path, unpermute_qk
 from attnlab.weights.gguf_tokenizer import chat_prompt, tokenizer_from_gguf
-
-
-def hf_twin(model: Llama) -> LlamaForCausalLM:
-    """transformers' LlamaForCausalLM with the weights of `model`."""
-    c = model.config
-    hf = LlamaForCausalLM(HFLlamaConfig(
-        vocab_size=c.vocab_size, hidden_size=c.d_model, intermediate_size=c.d_ff, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, rope_theta=c.rope_theta,
-        rms_norm_eps=c.eps, max_position_embeddings=c.max_seq_len, tie_word_embeddings=c.tie_embeddings,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
-    names = {"attn.w_q": "self_attn.q_proj", "attn.w_k": "self_attn.k_proj", "attn.w_v": "self_attn.v_proj",
-             "attn.w_o": "self_attn.o_proj", "feed_forward.w_gate": "mlp.gate_proj",
-             "feed_forward.w_up": "mlp.up_proj", "feed_forward.w_down": "mlp.down_proj",
-             "norm1": "input_layernorm", "norm2": "post_attention_layernorm"}
-    state = {"model.embed_tokens.weight": model.token.weight, "model.norm.weight": model.final_norm.weight,
-             "lm_head.weight": model.lm_head.weight}
-    for i, layer in enumerate(model.layers):
-        for ours, theirs in names.items():
-            state[f"model.layers.{i}.{theirs}.weight"] = layer.get_submodule(ours).weight
-    hf.load_state_dict(state)
-    return hf
+from tests.llama_reference import transformers_twin
 
 
 def tiny(n_kv_heads: int, theta: float, seed: int = 0, tie: bool = True) -> Llama:
@@ -52,7 +28,7 @@ def tiny(n_kv_heads: int, theta: float, seed: int = 0, tie: bool = True) -> Llam
                                                   (2, 500000.0, False)])
 def test_llama_equals_transformers_logits_and_greedy_tokens(n_kv_heads, theta, tie):
     model = tiny(n_kv_heads, theta, tie=tie)
-    hf = hf_twin(model)
+    hf = transformers_twin(model)
     ids = torch.randint(0, 60, (3, 9), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(model(ids), hf(ids).logits, rtol=1e-5, atol=1e-5)
@@ -121,7 +97,7 @@ def test_smollm2_config_and_cache_bytes_per_token(smollm2):
 
 def test_smollm2_on_attnlab_equals_transformers_on_the_same_weights(smollm2):
     model, metadata, tokenizer = smollm2
-    hf = hf_twin(model)
+    hf = transformers_twin(model)
     questions = ["What is the capital of France?", "Write a haiku about the sea.", "What is 12 times 7?"]
     with torch.no_grad():
         for question in questions:
