@@ -20,14 +20,16 @@ def rope_angles(positions: torch.Tensor, d_head: int, theta: float = 10000.0) ->
     # are reused while the same positions tensor comes back unchanged (SmolLM2 asks 60 times per token).
     key = (d_head, theta)
     last = _LAST_ANGLES.get("call")
-    if last is not None and last[0] is positions and last[1] == (positions._version, key):
+    cacheable = not positions.is_inference()           # inference-mode tensors keep no version counter
+    if cacheable and last is not None and last[0] is positions and last[1] == (positions._version, key):
         return last[2]
     # 1 / theta^(2i/d) in float32, exactly as transformers computes it: the angles of late positions are large,
     # so a different rounding of the frequency would move them visibly.
     inv_freq = 1.0 / theta ** (torch.arange(0, d_head, 2, device=positions.device).float() / d_head)  # (D/2,)
     angles = positions[..., None].float() * inv_freq                                   # (B, T, D/2)
     cos_sin = angles.cos()[:, None], angles.sin()[:, None]
-    _LAST_ANGLES["call"] = (positions, (positions._version, key), cos_sin)
+    if cacheable:
+        _LAST_ANGLES["call"] = (positions, (positions._version, key), cos_sin)
     return cos_sin
 
 

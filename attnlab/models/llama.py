@@ -78,7 +78,7 @@ class Llama(nn.Module):
 
     def new_caches(self, batch_size: int, max_len: int | None = None) -> list[Cache]:
         """One empty KVCache per layer, of n_kv_heads heads, for up to max_len positions (default max_seq_len),
-        in the dtype and on the device of the model's weights."""
+        in the dtype and on the device of the model's weights; ValueError unless 1 <= max_len <= max_seq_len."""
         c = self.config
         max_len = c.max_seq_len if max_len is None else max_len
         if not 1 <= max_len <= c.max_seq_len:
