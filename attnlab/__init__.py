@@ -39,7 +39,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.layers.pooling
         mean_pool [4]
     attnlab.layers.rope
-        apply_rope, apply_rope_interleaved, rope_angles [7]
+        apply_rope, rope_angles, apply_rope_interleaved [7]
     attnlab.layers.softmax
         softmax_np, softmax [1]
     attnlab.models.causal_lm

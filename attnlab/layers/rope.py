@@ -43,6 +43,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0)
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).to(x.dtype)
 
 
+# cell 'rope_interleaved'
 def apply_rope_interleaved(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
     """The same rotation with pairs (2i, 2i + 1): the paper's, GPT-J's and llama.cpp's convention."""
     cos, sin = rope_angles(positions, x.shape[-1], theta)
