@@ -164,11 +164,11 @@ class Course:
     def _digest_settings(self, cell_timeout_s: int, submission_timeout_s: int, use_sandbox: bool) -> str:
         digest = hashlib.sha256(f"{cell_timeout_s} {submission_timeout_s} {use_sandbox}".encode())
         source = self.repo / "solutions" / self.assignment / self.notebook_name
-        for path in [self.release, source, *sorted(self.package.rglob("*"))]:
-            if path.is_file():
-                digest.update(str(path.relative_to(self.package if path.is_relative_to(self.package)
-                                                   else self.repo)).encode())
-                digest.update(hashlib.sha256(path.read_bytes()).digest())
+        files = [(f"repo/{p.relative_to(self.repo)}", p) for p in (self.release, source) if p.is_file()]
+        files += [(f"lib/{p.relative_to(self.package)}", p) for p in sorted(self.package.rglob("*")) if p.is_file()]
+        for name, path in files:
+            digest.update(name.encode())
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
         return digest.hexdigest()
 
     def load_result(self, student: str) -> Result | None:
