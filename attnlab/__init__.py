@@ -9,6 +9,8 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         beam_search, greedy_translate [6]
     attnlab.decoding.generation
         Generation, LanguageModel, generate [5]
+    attnlab.decoding.layout
+        DecodingLinear, fused_grouped_query_attention, prepare_for_decoding [7]
     attnlab.decoding.sampling
         filter_logits, next_token [5]
     attnlab.decoding.streaming
@@ -59,8 +61,8 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.translator.vocabulary
         BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab, split_en, split_zh [6]
     attnlab.weights.gguf
-        GGUF_LAYER_NAMES, SMOLLM2_FILE, llama_config_from_gguf, load_llama_gguf, read_gguf,
-        smollm2_path, unpermute_qk [7]
+        GGUF_LAYER_NAMES, MissingWeights, SMOLLM2_FILE, llama_config_from_gguf, load_llama_gguf,
+        read_gguf, smollm2_path, unpermute_qk [7]
     attnlab.weights.gguf_tokenizer
         DEFAULT_SYSTEM, chat_prompt, tokenizer_from_gguf [7]
     attnlab.weights.gpt2

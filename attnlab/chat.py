@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import torch
 
+from attnlab.decoding.layout import prepare_for_decoding
 from attnlab.decoding.streaming import stream
 from attnlab.weights.gguf import load_llama_gguf
 from attnlab.weights.gguf_tokenizer import chat_prompt, tokenizer_from_gguf
@@ -20,6 +21,7 @@ class Chat:
     def __init__(self, model=None, metadata: dict | None = None, max_new_tokens: int = 200):
         if model is None:
             model, metadata = load_llama_gguf()
+            prepare_for_decoding(model)
         self.model, self.tokenizer = model, tokenizer_from_gguf(metadata)
         self.eos_id = self.tokenizer.token_to_id("<|im_end|>")
         self.max_new_tokens = max_new_tokens

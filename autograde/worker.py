@@ -137,6 +137,10 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
 
     started = {"worker_start": time.time() - float(os.environ.get(LAUNCHED, time.time()))}
     sandboxed = use_sandbox == "1"
+    if not sandboxed:
+        # The sandbox sets these in the kernel's environment; without it the kernel inherits this process's.
+        from autograde.sandbox import GRADING_ENV
+        os.environ.update(GRADING_ENV)
     package_dir = Path(package) if package else None
     config = grading_config(Path(course), int(cell_timeout_s), package_dir, sandboxed, int(wall_s))
     with Gradebook(config.CourseDirectory.db_url) as gb:

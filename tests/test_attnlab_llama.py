@@ -3,9 +3,12 @@ metamorphic checks (GQA with n_kv_heads = n_heads is multi-head attention, cache
 batch equals each prompt alone), the tokenizer against the GGUF file's own chat template, and bad input."""
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from attnlab.decoding.generation import generate
+from attnlab.decoding.layout import DecodingLinear, prepare_for_decoding
 from attnlab.layers.grouped_attention import GroupedQueryAttention
 from attnlab.layers.multihead import MultiHeadAttention
 from attnlab.models.llama import Llama, LlamaConfig
@@ -122,6 +125,67 @@ def test_smollm2_answers_on_attnlab(smollm2):
     assert "Rome" in second and len(chat.messages) == 4
 
 
+def test_prepared_for_decoding_smollm2_is_the_same_model_in_the_same_memory(smollm2):
+    """prepare_for_decoding changes how the weights lie in memory, not what the model computes."""
+    model, metadata, tokenizer = smollm2
+    fast = prepare_for_decoding(copy.deepcopy(model))
+    fused = prepare_for_decoding(copy.deepcopy(model), fused_attention=True)
+    assert fast.lm_head.transposed and fast.lm_head.stored.shape == (576, 49152), "the wide output layer is flipped"
+    assert not fast.layers[0].feed_forward.w_down.transposed, "(1536 -> 576) keeps nn.Linear's (out, in) rows"
+    # Still tied, and in one matrix: the embedding is a view of the output layer's stored weight.
+    assert fast.token.weight.data_ptr() == fast.lm_head.stored.data_ptr()
+    assert torch.equal(fast.token.weight, model.token.weight)
+    storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in fast.parameters()}
+    assert sum(storages.values()) == sum(p.nbytes for p in model.parameters())
+    for ours, theirs in zip(fast.modules(), model.modules()):
+        if isinstance(theirs, torch.nn.Linear):
+            assert torch.equal(ours.weight, theirs.weight)
+    ids = torch.tensor([tokenizer.encode(chat_prompt([{"role": "user", "content": "What is 12 times 7?"}])).ids])
+    with torch.no_grad():
+        expected = model(ids)
+        torch.testing.assert_close(fast(ids), expected, rtol=0, atol=1e-5)
+        torch.testing.assert_close(fused(ids), expected, rtol=0, atol=5e-4)   # another summation order
+        reference = generate(model, ids, 16).tokens
+        assert torch.equal(generate(fast, ids, 16).tokens, reference)
+        assert torch.equal(generate(fused, ids, 16).tokens, reference)
+
+
+@pytest.mark.parametrize("in_features,out_features", [(5, 7), (7, 5), (6, 6)])
+def test_decoding_linear_equals_nn_linear_with_and_without_bias(in_features, out_features):
+    torch.manual_seed(0)
+    x = torch.randn(3, 4, in_features)
+    for bias in (True, False):
+        linear = torch.nn.Linear(in_features, out_features, bias=bias)
+        decoding = DecodingLinear(linear)
+        assert decoding.weight.shape == (out_features, in_features)
+        assert decoding.transposed == (out_features > in_features)
+        torch.testing.assert_close(decoding(x), linear(x), rtol=1e-6, atol=1e-6)
+
+
+def test_a_single_new_token_skips_the_mask_only_when_it_sees_everything():
+    """The decoding shortcut in Llama.forward: no mask for one unpadded token, the padding mask otherwise."""
+    model = tiny(2, 10000.0, seed=4)
+    seen = []
+
+    def recording(q, k, v, mask=None, attention_fn=model.layers[0].attn.attention_fn):
+        seen.append(mask)
+        return attention_fn(q, k, v, mask)
+
+    for layer in model.layers:
+        layer.attn.attention_fn = recording
+    caches = model.new_caches(1, 8)
+    with torch.no_grad():
+        model(torch.tensor([[1, 2, 3]]), caches=caches)
+        model(torch.tensor([[4]]), caches=caches)
+        padded = torch.tensor([[False, True, True, True, True]])
+        caches = model.new_caches(1, 8)
+        model(torch.tensor([[0, 2, 3, 4]]), padded[:, :4], caches)
+        model(torch.tensor([[5]]), padded, caches)
+    prefill, step, padded_prefill, padded_step = seen[::2]
+    assert prefill is not None and step is None and padded_prefill is not None
+    assert padded_step is not None and not padded_step.all(), "the padding position stays masked"
+
+
 def test_loading_without_the_unpermutation_talks_nonsense(smollm2):
     """The trap the chapter measures: llama.cpp's row order in a rotate-half model runs, with other logits."""
     model, metadata, tokenizer = smollm2
@@ -158,8 +222,9 @@ def test_bad_input_is_named():
         GroupedQueryAttention(32, 6, 4)
     with pytest.raises(ValueError, match="architecture 'llama'"):
         llama_config_from_gguf({"general.architecture": "gpt2"}, [])
-    with pytest.raises(FileNotFoundError, match="no GGUF file"):
+    with pytest.raises(ValueError, match="no GGUF file") as missing:
         read_gguf(smollm2_path().with_name("missing.gguf"))
+    assert isinstance(missing.value, FileNotFoundError), "and the exception Python uses for a missing file"
     with pytest.raises(ValueError, match="even size"):
         unpermute_qk(torch.zeros(6, 4), 2)
     model = tiny(2, 10000.0)

