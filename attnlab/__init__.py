@@ -30,6 +30,10 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         grouped_query_attention, repeat_kv, GroupedQueryAttention [7]
     attnlab.layers.kv_cache
         Cache, KVCache [5]
+        LatentCache [8]
+    attnlab.layers.latent_attention
+        latent_kv, decoupled_rope, naive_latent_attention, absorbed_latent_attention, LATENT_EPS,
+        MultiHeadLatentAttention [8]
     attnlab.layers.masks
         causal_mask, padding_mask [2]
         causal_mask_with_past, decoder_self_attention_mask [5]
@@ -52,6 +56,8 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         Transformer, TransformerConfig [6]
     attnlab.models.llama
         LlamaConfig, LlamaBlock, Llama [7]
+    attnlab.models.mla
+        MLAConfig, mla_config_from_deepseek, MLABlock, MLAModel [8]
     attnlab.translator.corpus
         ADJECTIVES, HELD_OUT_NUMBER_NOUN, HELD_OUT_SUBJECT_VERB, NOUNS, NUMBERS, SUBJECTS, Sentence,
         VERBS, make_sentences, make_splits [6]
@@ -70,4 +76,6 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.weights.minilm
         MINILM_CONFIG, MINILM_MAX_TOKENS, bert_to_attnlab, embed_sentences, load_minilm,
         load_minilm_tokenizer, minilm_path [4]
+    attnlab.weights.mla_conversion
+        attention_inputs, gqa_to_mla, interleave_qk, low_rank [8]
 """
