@@ -118,14 +118,35 @@ raise SystemExit(attnlab.chat.main(["What is the capital of France?", "--max-new
 """
 
 
+MLA = """
+import torch, attnlab.layers.latent_attention, attnlab.layers.kv_cache, attnlab.weights.mla_conversion
+for module in (attnlab.layers.latent_attention, attnlab.layers.kv_cache, attnlab.weights.mla_conversion):
+    assert "_student" in module.__file__, module.__file__
+from attnlab.decoding.generation import generate
+from attnlab.weights.gguf import load_llama_gguf
+from attnlab.weights.gguf_tokenizer import chat_prompt, tokenizer_from_gguf
+from attnlab.weights.mla_conversion import gqa_to_mla
+smollm2, metadata = load_llama_gguf(max_seq_len=256)
+tokenizer = tokenizer_from_gguf(metadata)
+mla = gqa_to_mla(smollm2, rope_pairs=32, kv_lora_rank=192).absorbed()
+assert type(mla.new_caches(1, 1)[0]).__name__ == "LatentCache"
+ids = torch.tensor([tokenizer.encode(chat_prompt([{"role": "user", "content": "What is the capital of France?"}])).ids])
+print(tokenizer.decode(generate(mla, ids, 8).tokens[0, ids.shape[1]:].tolist()))
+"""
+
+
 def test_students_own_llama_chats_with_smollm2(tmp_path):
     """Every chapter filled in as a student would, exported: `make chat ATTNLAB=_student` (attnlab.chat on that
-    package alone) loads SmolLM2's real weights into the student's Llama and answers."""
+    package alone) loads SmolLM2's real weights into the student's Llama and answers; the student's chapter 8
+    pieces decode the same model rewritten as MLA, from its latent cache with absorbed attention."""
     from coursekit.sync import chapter_notebooks
     chapters = [nb.parent.name for nb in chapter_notebooks()]
     assert "ch07_llama_gqa" in chapters
     out = _export(tmp_path, submission(ASSIGNMENT), [(a, submission(a)) for a in chapters if a != ASSIGNMENT])
     env = {"PYTHONPATH": str(out), "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE", "PATH": "/usr/bin:/bin"}
     run = subprocess.run([sys.executable, "-P", "-c", CHAT], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "Paris" in run.stdout, run.stdout
+    run = subprocess.run([sys.executable, "-P", "-c", MLA], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert "Paris" in run.stdout, run.stdout

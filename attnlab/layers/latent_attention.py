@@ -25,7 +25,7 @@ def latent_kv(h: torch.Tensor, w_dkv: nn.Module, kv_norm: nn.Module, kv_lora_ran
     rope_width = joint.shape[-1] - kv_lora_rank
     if rope_width < qk_rope_head_dim or rope_width % qk_rope_head_dim != 0:
         raise ValueError(f"w_dkv gives {joint.shape[-1]} features: expected kv_lora_rank = {kv_lora_rank} plus a "
-                         f"multiple of qk_rope_head_dim = {qk_rope_head_dim}")
+                         f"positive multiple of qk_rope_head_dim = {qk_rope_head_dim}")
     c_kv, k_rope = joint.split([kv_lora_rank, rope_width], dim=-1)
     c_kv = kv_norm(c_kv)
     # One "head" of width d_c: the latent is shared by every query head, as chapter 7's MQA shares its one KV head.
@@ -44,19 +44,29 @@ def decoupled_rope(q: torch.Tensor, k_rope: torch.Tensor, positions: torch.Tenso
 
 # cell 'naive_latent_attention'
 def _check_latents(q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
-                   w_ukv: torch.Tensor, v_head_dim: int) -> None:
-    """ValueError unless the query parts, the latents and W_UKV fit together."""
+                   w_ukv: torch.Tensor, v_head_dim: int, mask: torch.Tensor | None = None) -> None:
+    """ValueError unless the query parts, the latents, W_UKV and the mask fit together."""
+    if q_nope.dim() != 4 or q_rope.dim() != 4:
+        raise ValueError(f"q_nope and q_rope must be (B, H, T, .), got {tuple(q_nope.shape)} and {tuple(q_rope.shape)}")
     batch, n_heads, t, d_nope = q_nope.shape
     if q_rope.shape[:3] != q_nope.shape[:3] or c_kv.dim() != 4 or c_kv.shape[:2] != (batch, 1):
         raise ValueError(f"expected q_nope (B, H, T, d_h), q_rope (B, H, T, d_h^R) and c_kv (B, 1, S, d_c); got "
                          f"{tuple(q_nope.shape)}, {tuple(q_rope.shape)}, {tuple(c_kv.shape)}")
     if k_rope.dim() != 4 or k_rope.shape[0] != batch or k_rope.shape[2:] != (c_kv.shape[2], q_rope.shape[-1]) \
-            or n_heads % k_rope.shape[1] != 0:
+            or k_rope.shape[1] < 1 or n_heads % k_rope.shape[1] != 0:
         raise ValueError(f"k_rope must be (B, n_rope_heads, S, d_h^R) = ({batch}, a divisor of {n_heads}, "
                          f"{c_kv.shape[2]}, {q_rope.shape[-1]}), got {tuple(k_rope.shape)}")
     if w_ukv.shape != (n_heads * (d_nope + v_head_dim), c_kv.shape[-1]):
         raise ValueError(f"w_ukv must be (H * (d_h + d_v), d_c) = ({n_heads * (d_nope + v_head_dim)}, "
                          f"{c_kv.shape[-1]}), got {tuple(w_ukv.shape)}")
+    if mask is not None:
+        if mask.dtype != torch.bool:
+            raise ValueError(f"mask must be a torch.bool tensor (True = may attend), got {mask.dtype}")
+        try:
+            torch.broadcast_shapes(mask.shape, (batch, n_heads, t, c_kv.shape[2]))
+        except RuntimeError:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
+                             f"(B, H, T, S) = {(batch, n_heads, t, c_kv.shape[2])}") from None
 
 
 def naive_latent_attention(q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
@@ -67,7 +77,7 @@ def naive_latent_attention(q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: tor
     rotated, query head h reads rotary head h // (H / n_rope_heads); w_ukv (H * (d_h + d_v), d_c): per head, the
     d_h rows of W_UK then the d_v rows of W_UV; mask: bool, broadcastable to (B, H, T, S), True = may attend.
     Returns z (B, H, T, d_v)."""
-    _check_latents(q_nope, q_rope, c_kv, k_rope, w_ukv, v_head_dim)
+    _check_latents(q_nope, q_rope, c_kv, k_rope, w_ukv, v_head_dim, mask)
     batch, n_heads, _, d_nope = q_nope.shape
     s = c_kv.shape[2]
     kv = (c_kv[:, 0] @ w_ukv.t()).view(batch, s, n_heads, d_nope + v_head_dim).transpose(1, 2)  # (B, H, S, d_h + d_v)
@@ -85,22 +95,24 @@ def absorbed_latent_attention(q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: 
                               w_ukv: torch.Tensor, v_head_dim: int, mask: torch.Tensor | None = None) -> torch.Tensor:
     """naive_latent_attention's result, computed in the latent space: W_UK is absorbed into the query and W_UV is
     applied to the weighted latent, so no position's key or value is ever expanded. Same arguments and shapes."""
-    _check_latents(q_nope, q_rope, c_kv, k_rope, w_ukv, v_head_dim)
+    _check_latents(q_nope, q_rope, c_kv, k_rope, w_ukv, v_head_dim, mask)
     batch, n_heads, t, d_nope = q_nope.shape
     d_rope, s = q_rope.shape[-1], c_kv.shape[2]
     w_uk, w_uv = w_ukv.view(n_heads, d_nope + v_head_dim, -1).split([d_nope, v_head_dim], dim=1)  # (H, d_h | d_v, d_c)
-    q_latent = torch.einsum("bhtn,hnc->bhtc", q_nope, w_uk)              # (B, H, T, d_c): q_nope . W_UK, per head
-    scores = q_latent @ c_kv.transpose(-2, -1)                          # (B, H, T, S): c_kv's one head broadcasts
+    q_latent = torch.einsum("bhtn,hnc->bhtc", q_nope, w_uk)              # (B, H, T, d_c): q_nope W_UK, per head
+    # Every head reads the same cached latent, as chapter 7's MQA heads read one KV head: stacked along time,
+    # (B, 1, H * T, .), the heads make plain matmuls against c_kv, and nothing is broadcast into a copy.
+    content = q_latent.reshape(batch, 1, n_heads * t, -1) @ c_kv.transpose(-2, -1)        # (B, 1, H * T, S)
     # The rotary part cannot be absorbed (a rotation by position sits between W_UK and the query): it is added.
     n_rope = k_rope.shape[1]
-    q_grouped = q_rope.reshape(batch, n_rope, n_heads // n_rope * t, d_rope)   # chapter 7's grouping, as a view
-    scores = scores + (q_grouped @ k_rope.transpose(-2, -1)).reshape(batch, n_heads, t, s)
+    position = q_rope.reshape(batch, n_rope, n_heads // n_rope * t, d_rope) @ k_rope.transpose(-2, -1)
+    scores = content.reshape(batch, n_heads, t, s) + position.reshape(batch, n_heads, t, s)   # (B, H, T, S)
     scores = scores / math.sqrt(d_nope + d_rope)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = softmax(scores, dim=-1)                                   # (B, H, T, S)
-    z_latent = weights @ c_kv                                           # (B, H, T, d_c)
-    return torch.einsum("bhtc,hvc->bhtv", z_latent, w_uv)                # (B, H, T, d_v)
+    z_latent = (weights.reshape(batch, 1, n_heads * t, s) @ c_kv).view(batch, n_heads, t, -1)   # (B, H, T, d_c)
+    return torch.einsum("bhtc,hvc->bhtv", z_latent, w_uv)                # (B, H, T, d_v): W_UV applied once
 
 
 # cell 'latent_attention_layer'

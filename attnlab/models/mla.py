@@ -66,6 +66,10 @@ def mla_config_from_deepseek(config: dict, max_seq_len: int | None = None) -> ML
                          f"(n_routed_experts = {config['n_routed_experts']}); MLAConfig describes dense models only: "
                          "set first_k_dense_replace to num_hidden_layers")
     rope = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta", 10000.0)}
+    scaling = config.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
+    if scaling:
+        raise ValueError(f"this config scales its rotary positions ({scaling}): YaRN changes the frequencies and the "
+                         "attention scale, which MLAConfig does not model; remove rope_scaling for the default RoPE")
     return MLAConfig(vocab_size=int(config["vocab_size"]), d_model=int(config["hidden_size"]),
                      n_heads=int(config["num_attention_heads"]), kv_lora_rank=int(config["kv_lora_rank"]),
                      qk_nope_head_dim=int(config["qk_nope_head_dim"]), qk_rope_head_dim=int(config["qk_rope_head_dim"]),

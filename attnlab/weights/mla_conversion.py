@@ -57,10 +57,10 @@ def gqa_to_mla(model: Llama, rope_pairs: int, kv_lora_rank: int, calibration: to
     if not 1 <= rope_pairs <= d // 2:
         raise ValueError(f"rope_pairs must be between 1 and d_head / 2 = {d // 2}, got {rope_pairs}")
     d_rope, d_nope = 2 * rope_pairs, d - 2 * rope_pairs
-    full_rank = n_kv * (d_nope + d)
+    full_rank = min(n_kv * (d_nope + d), c.d_model)             # the rank of the stacked K_nope and V rows, at most
     if not 1 <= kv_lora_rank <= full_rank:
-        raise ValueError(f"kv_lora_rank must be between 1 and n_kv_heads * (d_head - 2 * rope_pairs + d_head) = "
-                         f"{full_rank}, got {kv_lora_rank}")
+        raise ValueError(f"kv_lora_rank must be between 1 and {full_rank}, the smaller of n_kv_heads * (2 * d_head - "
+                         f"2 * rope_pairs) = {n_kv * (d_nope + d)} and d_model = {c.d_model}; got {kv_lora_rank}")
     # The kept pairs i < rope_pairs turn at theta^(-2i / d): RoPE over 2 * rope_pairs dimensions with this base.
     mla = MLAModel(MLAConfig(
         vocab_size=c.vocab_size, d_model=c.d_model, n_heads=n_heads, kv_lora_rank=kv_lora_rank,
