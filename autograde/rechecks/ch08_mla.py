@@ -130,13 +130,40 @@ def _cache_reference(i):
     return i["c_kv"], i["k_rope"], i["c_kv"][:, :, :4], torch.tensor(sizes, dtype=torch.float64)
 
 
+NEVER_EXPANDS = '''
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class _Largest(TorchDispatchMode):
+    largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+wide = (torch.randn(1, 4, 1, 64), torch.randn(1, 4, 1, 4), torch.randn(1, 1, 50, 8), torch.randn(1, 1, 50, 4),
+        torch.randn(4 * 128, 8))
+with _Largest() as record:
+    absorbed_latent_attention(*wide, 64)
+result.append(torch.tensor(float(record.largest < 4 * 50 * 64)))     # 1: no tensor as large as per-head keys
+'''
+
+
+def _absorbed_reference(i):
+    return (*_attention_reference(i), torch.tensor(1.0))
+
+
 PROBES = {
     "test_latent_kv": Probe(inputs=_latent_kv_inputs, code=LATENT_KV_CODE, reference=_latent_kv_reference),
     "test_decoupled_rope": Probe(inputs=_rope_inputs, code=ROPE_CODE, reference=_rope_reference, rtol=1e-6, atol=1e-6),
     "test_naive_latent_attention": Probe(inputs=_attention_inputs, code=_attention_code("naive_latent_attention"),
                                          reference=_attention_reference),
     "test_absorbed_latent_attention": Probe(inputs=_attention_inputs,
-                                            code=_attention_code("absorbed_latent_attention"),
-                                            reference=_attention_reference, rtol=1e-9, atol=1e-10),
+                                            code=_attention_code("absorbed_latent_attention") + NEVER_EXPANDS,
+                                            reference=_absorbed_reference, rtol=1e-9, atol=1e-10),
     "test_latent_cache": Probe(inputs=_cache_inputs, code=CACHE_CODE, reference=_cache_reference, rtol=0, atol=0),
 }
