@@ -14,6 +14,7 @@ from attnlab.layers.multihead import MultiHeadAttention
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.weights.gguf import llama_config_from_gguf, load_llama_gguf, read_gguf, smollm2_path, unpermute_qk
 from attnlab.weights.gguf_tokenizer import chat_prompt, tokenizer_from_gguf
+from tests.decoding_checks import assert_cached_equals_recomputed_and_padding_equals_alone
 from tests.llama_reference import transformers_twin
 
 
@@ -42,16 +43,7 @@ def test_llama_equals_transformers_logits_and_greedy_tokens(n_kv_heads, theta, t
 
 def test_cached_generation_equals_recomputation_and_left_padding_equals_each_prompt_alone():
     model = tiny(2, 100000.0, seed=3)
-    prompts = torch.tensor([[0, 0, 0, 5, 6, 7], [1, 2, 3, 4, 5, 6]])
-    mask = torch.tensor([[False, False, False, True, True, True], [True] * 6])
-    cached = generate(model, prompts, 10, attention_mask=mask)
-    full = generate(model, prompts, 10, attention_mask=mask, use_cache=False)
-    assert torch.equal(cached.tokens, full.tokens)
-    torch.testing.assert_close(cached.logits, full.logits, rtol=1e-5, atol=1e-5)
-    for row, start in ((0, 3), (1, 0)):
-        alone = generate(model, prompts[row:row + 1, start:], 10)
-        assert torch.equal(alone.tokens[0, 6 - start:], cached.tokens[row, 6:])
-        torch.testing.assert_close(alone.logits[0], cached.logits[row], rtol=1e-4, atol=1e-4)
+    assert_cached_equals_recomputed_and_padding_equals_alone(model)
 
 
 def test_gqa_with_as_many_kv_heads_as_heads_is_multi_head_attention():

@@ -13,6 +13,7 @@ from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.models.mla import MLAConfig, MLAModel, mla_config_from_deepseek
 from attnlab.weights.gguf import load_llama_gguf, unpermute_qk
 from attnlab.weights.mla_conversion import gqa_to_mla, interleave_qk
+from tests.decoding_checks import assert_cached_equals_recomputed_and_padding_equals_alone
 from tests.mla_reference import deepseek_twin
 
 # DeepSeek-V3's published config.json, the entries MLAConfig reads (first_k_dense_replace = 3: layers 3-60 are MoE);
@@ -83,16 +84,7 @@ def test_absorbed_equals_naive_in_float32_and_float64():
 @pytest.mark.parametrize("absorb", [False, True])
 def test_cached_generation_equals_recomputation_and_left_padding_equals_each_prompt_alone(absorb):
     model = tiny(None, seed=3).absorbed(absorb)
-    prompts = torch.tensor([[0, 0, 0, 5, 6, 7], [1, 2, 3, 4, 5, 6]])
-    mask = torch.tensor([[False, False, False, True, True, True], [True] * 6])
-    cached = generate(model, prompts, 10, attention_mask=mask)
-    full = generate(model, prompts, 10, attention_mask=mask, use_cache=False)
-    assert torch.equal(cached.tokens, full.tokens)
-    torch.testing.assert_close(cached.logits, full.logits, rtol=1e-5, atol=1e-5)
-    for row, start in ((0, 3), (1, 0)):
-        alone = generate(model, prompts[row:row + 1, start:], 10)
-        assert torch.equal(alone.tokens[0, 6 - start:], cached.tokens[row, 6:])
-        torch.testing.assert_close(alone.logits[0], cached.logits[row], rtol=1e-4, atol=1e-4)
+    assert_cached_equals_recomputed_and_padding_equals_alone(model)
 
 
 def test_interleave_qk_undoes_chapter_7s_unpermutation():
