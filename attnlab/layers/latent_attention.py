@@ -83,10 +83,10 @@ def naive_latent_attention(q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: tor
     kv = (c_kv[:, 0] @ w_ukv.t()).view(batch, s, n_heads, d_nope + v_head_dim).transpose(1, 2)  # (B, H, S, d_h + d_v)
     k_nope, v = kv.split([d_nope, v_head_dim], dim=-1)
     k_rope = k_rope.repeat_interleave(n_heads // k_rope.shape[1], dim=1)                # (B, H, S, d_h^R)
-    k = torch.cat([k_nope, k_rope], dim=-1)                                            # (B, H, S, d_h + d_h^R)
-    q = torch.cat([q_nope, q_rope], dim=-1)
-    # Chapter 1's attention scales by the square root of q's last dimension: d_h + d_h^R, as DeepSeek does.
-    z, _ = scaled_dot_product_attention(q, k, v, mask)
+    keys = torch.cat([k_nope, k_rope], dim=-1)                                         # (B, H, S, d_h + d_h^R)
+    queries = torch.cat([q_nope, q_rope], dim=-1)
+    # Chapter 1's attention scales by the square root of the queries' length: d_h + d_h^R, as DeepSeek does.
+    z, _ = scaled_dot_product_attention(queries, keys, v, mask)
     return z
 
 
