@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load, save_file
 
 from autograde import sandbox
-from autograde.rechecks import compare, probes_for
+from autograde.rechecks import compare, probes_for, reference_outputs
 from autograde.untrusted import UntrustedFileError, read_bytes
 
 MAGIC = re.compile(r"^\s*[%!]")
@@ -112,7 +112,7 @@ def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, packag
             reason = (f"it did not finish within {wall_s:g} s" if run.timed_out else str(exc))
             verdicts[name] = f"the re-check produced no result ({reason})"
         else:
-            verdicts[name] = compare(probe.reference(inputs[name]), got, probe)
+            verdicts[name] = compare(reference_outputs(probe, inputs[name]), got, probe)
         if verdicts[name] and why_skipped:
             verdicts[name] += f" (left out of the re-check: {why_skipped})"
     return verdicts

@@ -1,6 +1,7 @@
 """Chapter 7: SmolLM2-135M-Instruct decoding on attnlab (as built, and prepared for decoding) against transformers'
-generate on the same weights (float32, batch 1 and 8), the decode rate as a share of this machine's memory bandwidth, MHA / GQA / MQA decoding at 4k
-context with d_model fixed, and SmolLM2's cache bytes per token against the formula."""
+generate on the same weights (float32, batch 1 and 8), the decode rate as a share of this machine's memory
+bandwidth, MHA / GQA / MQA decoding at 4k context with d_model fixed, and SmolLM2's cache bytes per token against
+the formula."""
 from __future__ import annotations
 
 import copy

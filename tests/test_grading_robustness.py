@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.grading import cells, grade_files
-from tests.submissions import REPO, known_wrong, released, submission, write
+from tests.submissions import REPO, known_wrong, released, solution_code, submission, write
 
 A = "ch01_qkv_softmax"
 WRONG = {w["name"]: w for w in known_wrong(A)}
@@ -116,3 +116,18 @@ def test_a_rerun_keeps_a_grade_only_for_the_same_bytes_graded_the_same_way():
     assert reusable(not_a_notebook, "abc", "limits-1", has_feedback=False)
     failed = Result("ann", A, 0, 16, error=f"{GRADING_FAILED}exit status -9", sha256="abc", graded_with="limits-1")
     assert not reusable(failed, "abc", "limits-1", has_feedback=False), "a failed grading is tried again"
+
+
+@pytest.mark.parametrize("sandbox", [True, False])
+def test_the_kernel_is_told_it_is_being_graded_with_or_without_the_sandbox(tmp_path, sandbox):
+    """ATTNLAB_GRADING reaches the student's kernel both ways: chapters 7 and 8 skip their SmolLM2 demos on it.
+    The first exercise's answer asserts it, so the solution keeps full marks only if the kernel sees it."""
+    first, code = next(iter(solution_code(A).items()))
+    nb = submission(A, {first: 'import os\nassert os.environ.get("ATTNLAB_GRADING") == "1"\n' + code})
+    path = write(nb, tmp_path / "in" / "told.ipynb")
+    run = subprocess.run([sys.executable, "-m", "autograde", "grade", A, str(path), "--json", "--workspace",
+                          str(tmp_path / "w"), "--cell-timeout", "20", *([] if sandbox else ["--no-sandbox"])],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (result,) = json.loads(run.stdout)
+    assert result["sandboxed"] == sandbox and result["score"] == result["max_score"], result

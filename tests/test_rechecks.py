@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from autograde.recheck import student_code_cells
 from autograde.sandbox import GRADING_ENV
-from autograde.rechecks import compare, probes_for
+from autograde.rechecks import compare, probes_for, reference_outputs
 from coursekit.sync import chapter_notebooks
 from tests.submissions import REPO, known_wrong, submission
 
@@ -48,7 +48,7 @@ def verdicts(assignment: str, replace: dict[str, str] | None = None, seed: int =
             if not result.is_file():
                 out[name] = "no result: " + json.loads((work / "report.json").read_text())["probes"][name]
             else:
-                out[name] = compare(probe.reference(inputs[name]), load_file(str(result)), probe)
+                out[name] = compare(reference_outputs(probe, inputs[name]), load_file(str(result)), probe)
         return out
 
 
@@ -98,7 +98,7 @@ def test_the_runner_ends_when_its_results_are_written_whatever_threads_the_stude
                               "inputs.safetensors", ".", "60"], cwd=work, capture_output=True, text=True, timeout=300)
         assert run.returncode == 0, run.stderr
         for name, probe in probes.items():
-            assert compare(probe.reference(inputs[name]), load_file(str(work / f"{name}.safetensors")), probe) == ""
+            assert compare(reference_outputs(probe, inputs[name]), load_file(str(work / f"{name}.safetensors")), probe) == ""
 
 
 def test_stand_ins_are_passed_explicitly_wherever_the_code_lives():
@@ -113,3 +113,17 @@ def test_stand_ins_are_passed_explicitly_wherever_the_code_lives():
         got = verdicts(assignment, {**moved, wrong["cell"]: wrong["code"]})
         for cell, verdict in got.items():
             assert bool(verdict) == (cell in wrong["loses"]), (wrong["name"], cell, verdict)
+
+
+@pytest.mark.parametrize("assignment", ["ch05_decoding", "ch06_decoder"])
+def test_references_agree_when_computed_by_concurrent_grading_threads(assignment):
+    """These chapters' references seed torch's global generator and build a model from it. The class grader
+    computes them in several threads at once; without one-at-a-time they drew each other's numbers, and a
+    correct cell was flagged (it happened in CI with the known-wrong runs, two threads)."""
+    for name, probe in probes_for(assignment).items():
+        inputs = probe.inputs(torch.Generator().manual_seed(0))
+        alone = reference_outputs(probe, inputs)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            together = list(pool.map(lambda _: reference_outputs(probe, inputs), range(8)))
+        for outputs in together:
+            assert all(torch.equal(a, b) for a, b in zip(outputs, alone)), f"{name}'s reference changed under threads"

@@ -11,6 +11,7 @@ Each chapter has a module named after its assignment, with PROBES: {test cell gr
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +33,18 @@ def probes_for(assignment: str) -> dict[str, Probe]:
     except ModuleNotFoundError:
         return {}
     return module.PROBES
+
+
+# Some references seed torch's global generator and build a model from it, exactly as their probe does in the
+# sandbox. The class grader computes references in several threads at once, and two seeded builds interleaved
+# draw each other's numbers: the reference comes out wrong and an honest cell is flagged. So one at a time.
+_GLOBAL_RNG = threading.Lock()
+
+
+def reference_outputs(probe: Probe, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """The probe's trusted outputs on `inputs`. Safe to call from concurrent grading threads."""
+    with _GLOBAL_RNG:
+        return probe.reference(inputs)
 
 
 def compare(expected: tuple[torch.Tensor, ...], got: dict[str, torch.Tensor], probe: Probe) -> str:
