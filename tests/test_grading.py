@@ -9,7 +9,7 @@ import re
 import pytest
 
 from coursekit.sync import chapter_notebooks
-from tests.grading import cells
+from tests.grading import cells, wrong_result
 from tests.submissions import known_wrong, released, solution_code
 
 ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
@@ -39,14 +39,14 @@ def test_each_exercise_has_known_wrong_implementations(assignment):
 @pytest.mark.parametrize("assignment,wrong", [(a, w) for a in ASSIGNMENTS for w in known_wrong(a)],
                          ids=[f"{a}/{w['name']}" for a in ASSIGNMENTS for w in known_wrong(a)])
 def test_known_wrong_implementation_loses_points(graded, assignment, wrong):
-    result = graded(assignment)[f"wrong_{wrong['name']}"]
+    result, partners_cost = wrong_result(graded(assignment), assignment, wrong)
     # graded cell by cell: "could not be graded" would also score less, and prove nothing
     assert not result["error"] and result["cells"], f"{wrong['name']} was not graded: {result['error']}"
     assert result["score"] < result["max_score"], f"{wrong['name']} ({wrong['why']}) was not caught"
     for name, cell in cells(result).items():
         if name in wrong["loses"]:
             assert cell["score"] < cell["max_score"], f"{name} should catch {wrong['name']}: {wrong['why']}"
-        else:
+        elif name not in partners_cost:
             # The other exercises are graded in isolation: one mistake costs only the tests that use it.
             assert cell["score"] == cell["max_score"], f"{name} lost points for {wrong['name']}: {cell['error']}"
 
@@ -78,7 +78,7 @@ def test_feedback_shows_no_hidden_test(graded, assignment):
 def test_feedback_names_the_mistake(graded, assignment, wrong):
     """The student's feedback and the instructor's results state the failed assert's message in full."""
     import html as html_lib
-    result = graded(assignment)[f"wrong_{wrong['name']}"]
+    result, _ = wrong_result(graded(assignment), assignment, wrong)
     message = cells(result)[wrong["loses"][0]]["error"]
     assert wrong["says"] in message, f"{wrong['name']}: the results say {message!r}, not {wrong['says']!r}"
     page = html_lib.unescape(open(result["feedback"], encoding="utf-8").read())
