@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import symtable
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +101,18 @@ def _imported_names(tree: ast.Module) -> set[str]:
 
 
 def _used_names(tree: ast.Module) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    """The global names the module's code reads: a function's own local of the same name does not count (chapter
+    6's training loop has a local `schedule`, which is not chapter 9's scheduler)."""
+    found: set[str] = set()
+
+    def visit(table: symtable.SymbolTable) -> None:
+        for symbol in table.get_symbols():
+            if symbol.is_referenced() and (table.get_type() == "module" or symbol.is_global()):
+                found.add(symbol.get_name())
+        for child in table.get_children():
+            visit(child)
+    visit(symtable.symtable(ast.unparse(tree), "<module>", "exec"))
+    return found
 
 
 def _prune_imports(body: str, used: set[str]) -> str:
@@ -186,6 +198,8 @@ SUBPACKAGES = {
     "weights": "real pretrained weights loaded into the course's models (MiniLM, GPT-2, and SmolLM2 from a GGUF "
                "file with its tokenizer)",
     "translator": "chapter 6's Chinese-English translator: its corpus, its word vocabulary, its training",
+    "serving": "serving many requests at once: the paged KV cache (block allocator, block tables, copy-on-write, "
+               "prefix cache), paged attention, the scheduler and the engine",
 }
 
 

@@ -11,7 +11,9 @@ assert pool.ref_counts[a] == 1, f"a newly allocated block is held by one table, 
 pool.share(a)
 assert pool.ref_counts[a] == 2, f"share adds a holder: expected ref_count 2, got {pool.ref_counts[a]}"
 pool.free(a)
-assert pool.ref_counts[a] == 1 and pool.num_free == 2, "a block held by two tables stays in use when one frees it"
+assert pool.ref_counts[a] == 1 and pool.num_free == 2, (
+    f"a block held by two tables stays in use when one frees it: expected ref_count 1 and 2 free, got "
+    f"{pool.ref_counts[a]} and {pool.num_free} (is the count decremented on every free?)")
 pool.free(a)
 assert pool.ref_counts[a] == 0 and pool.num_free == 3, (
     f"the last holder's free returns the block: expected ref_count 0 and 3 free, got {pool.ref_counts[a]} and "
@@ -187,7 +189,7 @@ for group, block_size in ((1, 16), (3, 8), (8, 16)):
     z = paged_attention(q, k_pool, v_pool, tables, lens_t)
     assert not z.isnan().any(), f"NaN from an unused slot reached the output (group {group}, block_size {block_size})"
     for b, (k, v) in enumerate(zip(keys, values)):
-        want = F.scaled_dot_product_attention(q[b:b + 1], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+        want = F.scaled_dot_product_attention(q[b:b + 1], k.permute(1, 0, 2)[None], v.permute(1, 0, 2)[None],
                                               enable_gqa=True)
         assert torch.allclose(z[b:b + 1], want, rtol=1e-12, atol=1e-12), (
             f"length {lens[b]}, block_size {block_size}, {group} query heads per KV head: wrong attention")
@@ -264,9 +266,12 @@ tokens = list(range(100, 110))                    # 10 tokens in blocks of 4: tw
 cache_full_blocks(tokens, [5, 8, 2], 4, prefix)
 first = block_hash(None, tuple(tokens[:4]))
 second = block_hash(first, tuple(tokens[4:8]))
+entered = sorted(prefix.cached.values())
+assert entered == [5, 8], (
+    f"10 tokens fill blocks 5 and 8 of table [5, 8, 2]; expected those two entered, got {entered}: a partial block "
+    f"must not be entered (its contents change as its sequence grows)")
 assert prefix.cached == {first: 5, second: 8}, (
-    f"expected the two full blocks under chained hashes, {{{first}: 5, {second}: 8}}, got {prefix.cached}: a partial "
-    f"block must not be entered (its contents change as its sequence grows), and each hash chains its parent's")
+    "block 8's hash must chain block 5's: block_hash(hash of block 5, its tokens), and block 5's block_hash(None, ...)")
 assert prefix.block_tokens == {5: tuple(tokens[:4]), 8: tuple(tokens[4:8])} and prefix.block_hashes == {5: first, 8: second}
 hit = match_prefix(tokens[:8] + [7, 7], 4, prefix)
 assert hit == [5, 8] and prefix.revived == [5, 8], f"a prompt that starts with the same 8 tokens reuses blocks 5 and 8, got {hit}"

@@ -4,8 +4,9 @@ from drafts.ch09.cells.block_allocator import BlockAllocator
 def block_hash(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
     """The hash of one full block chained to the hash of the block before it (None for the first block): two
     blocks hash alike only when every token before them, and in them, is alike (up to a collision, which the
-    caller rules out by comparing the tokens)."""
-    return hash((parent_hash, token_ids))
+    caller rules out by comparing the tokens). Python hashes tuples of ints alike in every process; None's
+    hash is its address, so the first block chains -1 instead."""
+    return hash((-1 if parent_hash is None else parent_hash, token_ids))
 
 
 # %% cell prefix_cache solution

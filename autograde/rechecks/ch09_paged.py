@@ -1,0 +1,242 @@
+"""Re-checks for chapter 9 (see autograde/rechecks/__init__.py). Each probe drives the student's function through
+a seeded random run of operations in the sandbox; the trusted grader runs the same code on the course's
+attnlab.serving and compares every recorded number. The stand-ins a probe needs (allocators, a block manager)
+are written in the probe, so that each exercise is re-checked on its own."""
+import torch
+
+from autograde.rechecks import Probe
+
+STAND_INS = '''
+import torch
+from collections import defaultdict, deque
+from types import SimpleNamespace
+class _Scripted:
+    def __init__(self, ids):
+        self.ids = list(ids)
+    def allocate(self):
+        return self.ids.pop(0)
+class _Counts:
+    def __init__(self, free_ids, held=()):
+        self.ref_counts, self.free_ids = defaultdict(int), list(free_ids)
+        for block in held:
+            self.ref_counts[block] = 1
+    def allocate(self):
+        block = self.free_ids.pop(0)
+        self.ref_counts[block] = 1
+        return block
+    def share(self, block):
+        self.ref_counts[block] += 1
+    def free(self, block):
+        self.ref_counts[block] -= 1
+class _Cache:
+    def __init__(self):
+        self.cached, self.block_hashes, self.block_tokens, self.revived = {}, {}, {}, []
+    def revive(self, block):
+        self.revived.append(block)
+def _tensor(values):
+    return torch.tensor([float(v) for v in values], dtype=torch.float64)
+'''
+
+ALLOCATOR_CODE = STAND_INS + '''
+ops, picks = inputs["ops"].tolist(), inputs["picks"].tolist()
+pool, record = BlockAllocator(12), []
+for op, pick in zip(ops, picks):
+    held = [b for b in range(12) if pool.ref_counts[b]]
+    try:
+        if op == 0:
+            record.append(pool.allocate())
+        elif op == 1 and held:
+            pool.share(held[pick % len(held)])
+        elif op == 2 and held:
+            pool.free(held[pick % len(held)])
+        elif op == 3:
+            pool.free(pick % 12) if not pool.ref_counts[pick % 12] else None
+    except OutOfBlocks:
+        record.append(-1)
+    except ValueError:
+        record.append(-2)
+    record += [pool.num_free, *pool.ref_counts]
+result = [_tensor(record)]
+'''
+
+TABLE_CODE = STAND_INS + '''
+result = []
+for block_size in (1, 4, 16):
+    table, slots = [], []
+    allocator = _Scripted(inputs["blocks"].tolist())
+    for n in range(int(inputs["length"])):
+        slots.append(append_slot(table, n, block_size, allocator))
+    result += [_tensor(table), _tensor(slots)]
+    result.append(slot_mapping(table, inputs["positions"] % (len(table) * block_size), block_size).double())
+'''
+
+WRITE_CODE = '''
+k_pool, v_pool = inputs["k_pool"].clone(), inputs["v_pool"].clone()
+write_paged(k_pool, v_pool, inputs["k"], inputs["v"], inputs["slots"])
+result = [k_pool, v_pool]
+'''
+
+GATHER_CODE = '''
+args = (inputs["block_tables"], inputs["context_lens"])
+result = [gather_paged(inputs["k_pool"], *args), paged_attention(inputs["q"], inputs["k_pool"], inputs["v_pool"], *args)]
+'''
+
+COW_CODE = STAND_INS + '''
+allocator = _Counts(range(100, 200), held=range(8))
+tables, record = [list(range(8))], []
+lengths = [29]                                      # tokens of each table, blocks of 4
+for op, pick in zip(inputs["ops"].tolist(), inputs["picks"].tolist()):
+    i = pick % len(tables)
+    if op == 0:
+        tables.append(fork(tables[i], allocator))
+        lengths.append(lengths[i])
+    else:
+        copied = copy_on_write(tables[i], lengths[i], 4, allocator)
+        record += [-1, -1] if copied is None else list(copied)
+        if lengths[i] % 4 == 0:
+            tables[i].append(allocator.allocate())
+        lengths[i] += 1
+    record += [len(tables)] + [b for t in tables for b in t] + [allocator.ref_counts[b] for b in range(8)]
+result = [_tensor(record)]
+'''
+
+PREFIX_CODE = STAND_INS + '''
+prefix, record = _Cache(), []
+tokens = inputs["tokens"].tolist()
+for n, start in zip(inputs["lengths"].tolist(), inputs["starts"].tolist()):
+    prompt = tokens[start:start + n]
+    record += [-3, *match_prefix(prompt, 4, prefix)]
+    cache_full_blocks(prompt, list(range(len(record), len(record) + len(prompt) // 4 + 1)), 4, prefix)
+    record += [-4, *sorted(prefix.block_hashes), -5, *prefix.revived]
+result = [_tensor(record)]
+'''
+
+SCHEDULE_CODE = STAND_INS + '''
+class _Manager:
+    def __init__(self, num_free, block_size=4):
+        self.allocator, self.block_size, self.held = SimpleNamespace(num_free=num_free), block_size, {}
+    def blocks_for(self, n):
+        return -(-n // self.block_size)
+    def can_allocate(self, seq, reserve=0):
+        return self.blocks_for(len(seq.token_ids)) + reserve <= self.allocator.num_free
+    def allocate(self, seq):
+        need = self.blocks_for(len(seq.token_ids))
+        if need > self.allocator.num_free:
+            raise RuntimeError("allocated without room")
+        self.allocator.num_free -= need
+        self.held[seq.seq_id], seq.num_cached = need, len(seq.token_ids)
+    def blocks_to_append(self, seq):
+        return int(seq.num_cached % self.block_size == 0)
+    def can_append(self, seq):
+        return self.blocks_to_append(seq) <= self.allocator.num_free
+    def append(self, seq):
+        need = self.blocks_to_append(seq)
+        if need > self.allocator.num_free:
+            raise RuntimeError("appended without room")
+        self.allocator.num_free -= need
+        self.held[seq.seq_id] += need
+        seq.num_cached += 1
+    def free(self, seq):
+        self.allocator.num_free += self.held.pop(seq.seq_id)
+        seq.num_cached = 0
+record = []
+for num_free, lengths in zip(inputs["num_free"].tolist(), inputs["lengths"].tolist()):
+    manager = _Manager(num_free)          # too few blocks for all: sequences are preempted and recomputed
+    waiting = deque(Sequence(i, [1] * n, n, 10) for i, n in enumerate(lengths))
+    running = []
+    for _ in range(200):
+        if not (waiting or running):
+            break
+        step = schedule(waiting, running, manager, 4, 24)
+        record += [-1 if step.kind == "prefill" else -2, *[s.seq_id for s in step.seqs], -3,
+                   *[s.seq_id for s in step.preempted], -4, manager.allocator.num_free]
+        for seq in step.seqs:
+            seq.token_ids.append(7)
+        for seq in [s for s in running if s.num_generated >= s.max_new_tokens]:
+            running.remove(seq)
+            manager.free(seq)
+manager, running = _Manager(4), [Sequence(i, [1] * 4, 4, 10) for i in range(3)]
+for seq in running:
+    manager.allocate(seq)
+    seq.token_ids.append(7)
+try:                                      # three sequences need a block each, one is free, preemption is off
+    schedule(deque(), running, manager, 4, 24, preemption=False)
+    record.append(0)
+except OutOfBlocks:
+    record.append(1)
+record += [manager.allocator.num_free, len(running), *[seq.num_cached for seq in running]]
+result = [_tensor(record)]
+'''
+
+
+def _course(code: str):
+    """The reference: the probe's own code run by the trusted grader on the course's attnlab.serving."""
+    def reference(inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        from attnlab.serving import block_allocator, block_manager, block_table, copy_on_write, paged_kv, prefix_cache
+        from attnlab.serving import scheduler
+        scope = {"inputs": inputs}
+        for module in (block_allocator, block_table, paged_kv, copy_on_write, prefix_cache, block_manager, scheduler):
+            scope.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
+        exec(compile(code, "<course reference>", "exec"), scope)
+        return tuple(scope["result"])
+    return reference
+
+
+def _allocator_inputs(g):
+    return {"ops": torch.randint(0, 4, (300,), generator=g), "picks": torch.randint(0, 1000, (300,), generator=g)}
+
+
+def _table_inputs(g):
+    return {"blocks": torch.randperm(200, generator=g), "length": torch.randint(17, 60, (1,), generator=g),
+            "positions": torch.randint(0, 10_000, (25,), generator=g)}
+
+
+def _write_inputs(g):
+    pool = torch.full((5, 8, 3, 4), -999.0, dtype=torch.float64)     # finite: NaN never equals itself
+    return {"k_pool": pool, "v_pool": pool.clone(), "slots": torch.randperm(40, generator=g)[:13],
+            "k": torch.randn(13, 3, 4, generator=g, dtype=torch.float64),
+            "v": torch.randn(13, 3, 4, generator=g, dtype=torch.float64)}
+
+
+def _gather_inputs(g):
+    block_size, lens = 8, torch.tensor([1, 8, 9, 23, 5])
+    physical = torch.randperm(20, generator=g)
+    tables = physical[:15].reshape(5, 3)
+    k_pool = torch.full((20, block_size, 2, 4), float("nan"), dtype=torch.float64)
+    v_pool = k_pool.clone()
+    for b, n in enumerate(lens.tolist()):
+        for p in range(n):
+            k_pool[tables[b, p // block_size], p % block_size] = torch.randn(2, 4, generator=g, dtype=torch.float64)
+            v_pool[tables[b, p // block_size], p % block_size] = torch.randn(2, 4, generator=g, dtype=torch.float64)
+    return {"k_pool": k_pool, "v_pool": v_pool, "block_tables": tables, "context_lens": lens,
+            "q": torch.randn(5, 6, 1, 4, generator=g, dtype=torch.float64)}
+
+
+def _cow_inputs(g):
+    return {"ops": torch.randint(0, 2, (40,), generator=g), "picks": torch.randint(0, 1000, (40,), generator=g)}
+
+
+def _prefix_inputs(g):
+    base = torch.randint(0, 5, (8,), generator=g)
+    tokens = torch.cat([base, base, torch.randint(0, 5, (40,), generator=g)])   # repeats: hits at two places
+    return {"tokens": tokens, "lengths": torch.randint(1, 30, (12,), generator=g),
+            "starts": torch.randint(0, 9, (12,), generator=g)}
+
+
+def _schedule_inputs(g):
+    return {"num_free": torch.tensor([6, 7, 9, 12]), "lengths": torch.randint(1, 14, (4, 7), generator=g)}
+
+
+def _probe(inputs, code, rtol=0.0, atol=0.0):
+    return Probe(inputs=inputs, code=code, reference=_course(code), rtol=rtol, atol=atol)
+
+
+PROBES = {
+    "test_block_allocator": _probe(_allocator_inputs, ALLOCATOR_CODE),
+    "test_block_table": _probe(_table_inputs, TABLE_CODE),
+    "test_write_paged": _probe(_write_inputs, WRITE_CODE),
+    "test_gather_paged": _probe(_gather_inputs, GATHER_CODE, rtol=1e-12, atol=1e-12),
+    "test_copy_on_write": _probe(_cow_inputs, COW_CODE),
+    "test_prefix_cache": _probe(_prefix_inputs, PREFIX_CODE),
+    "test_schedule": _probe(_schedule_inputs, SCHEDULE_CODE),
+}
