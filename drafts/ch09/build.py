@@ -71,8 +71,10 @@ new one, taken from `allocator.allocate()`."""
 MD["write"] = r"""## 3. Writing keys and values into the pool
 
 `write_paged(k_pool, v_pool, k, v, slot_mapping)` stores `N` new tokens' keys and values, `(N, n_kv_heads, d_head)`,
-in slots `slot_mapping` `(N,)`: one indexed assignment into a view of each pool. Raise `ValueError`, before
-writing anything, for pools that differ or are not contiguous, keys or values of the wrong shape or dtype, or a
+in slots `slot_mapping` `(N,)`: one indexed assignment into a view of each pool. (The two pools are alike here;
+chapter 8's MLA keeps its latent in one and its rotary key in the other, so let each have its own last two
+sizes.) Raise `ValueError`, before writing anything, for pools that are not contiguous or not of the same
+`(num_blocks, block_size)`, keys or values of the wrong shape or dtype, or a
 slot outside the pool."""
 MD["gather"] = r"""## 4. Paged attention: the gather
 

@@ -7,25 +7,26 @@ def write_paged(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: 
                 slot_mapping: torch.Tensor) -> None:
     """Store new tokens' keys and values in the pool (vLLM's reshape_and_cache).
 
-    k_pool, v_pool: (num_blocks, block_size, H_kv, D), contiguous; k, v: (N, H_kv, D), N tokens of any
-    sequences; slot_mapping: (N,) int, token i's slot, that is row block_id * block_size + offset of the pool
+    k_pool: (num_blocks, block_size, H_kv, D) and v_pool likewise, contiguous (alike for GQA; chapter 8's MLA
+    keeps its latent in one and its rotary key in the other); k, v: (N, H_kv, D) each as its pool, N tokens of
+    any sequences; slot_mapping: (N,) int, token i's slot, that is row block_id * block_size + offset of the pool
     seen as (num_blocks * block_size, H_kv, D)."""
     ### BEGIN SOLUTION
-    num_blocks, block_size, n_kv_heads, d_head = k_pool.shape
-    if v_pool.shape != k_pool.shape or not (k_pool.is_contiguous() and v_pool.is_contiguous()):
-        raise ValueError(f"k_pool and v_pool must be contiguous and alike, got {tuple(k_pool.shape)} and "
-                         f"{tuple(v_pool.shape)}")
+    if k_pool.shape[:2] != v_pool.shape[:2] or not (k_pool.is_contiguous() and v_pool.is_contiguous()):
+        raise ValueError(f"k_pool and v_pool must be contiguous, with the same (num_blocks, block_size), got "
+                         f"{tuple(k_pool.shape)} and {tuple(v_pool.shape)}")
+    num_blocks, block_size = k_pool.shape[:2]
     n = slot_mapping.shape[0]
     for name, x, pool in (("k", k, k_pool), ("v", v, v_pool)):
-        if tuple(x.shape) != (n, n_kv_heads, d_head) or x.dtype != pool.dtype:
-            raise ValueError(f"{name} must be (N, H_kv, D) = ({n}, {n_kv_heads}, {d_head}) in {pool.dtype}, "
-                             f"got {tuple(x.shape)} in {x.dtype}")
+        if tuple(x.shape) != (n, *pool.shape[2:]) or x.dtype != pool.dtype:
+            raise ValueError(f"{name} must be (N, H_kv, D) = ({n}, {pool.shape[2]}, {pool.shape[3]}) in "
+                             f"{pool.dtype}, got {tuple(x.shape)} in {x.dtype}")
     if n and (slot_mapping.min() < 0 or slot_mapping.max() >= num_blocks * block_size):
         raise ValueError(f"slots must be in 0..{num_blocks * block_size - 1}, "
                          f"got {slot_mapping.min()}..{slot_mapping.max()}")
     slots = slot_mapping.long()
-    k_pool.view(-1, n_kv_heads, d_head)[slots] = k
-    v_pool.view(-1, n_kv_heads, d_head)[slots] = v
+    for x, pool in ((k, k_pool), (v, v_pool)):
+        pool.view(-1, *pool.shape[2:])[slots] = x
     ### END SOLUTION
 
 
