@@ -17,7 +17,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve test lab refresh sync export chat grade bench train clean student-release
+.PHONY: help system setup book serve test lab refresh sync export chat engine grade bench train clean student-release
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
@@ -27,6 +27,7 @@ help:
 	@echo "make refresh  bring work/ up to date with changed releases, keeping your answers"
 	@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
 	@echo "make chat     chat with SmolLM2-135M-Instruct on attnlab (ATTNLAB=_student: on your own export)"
+	@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
 	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors; never touches work/)"
 	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
@@ -80,6 +81,10 @@ export: $(STAMP)
 # ATTNLAB=_student runs the learner's own package (`make export`) instead of the course's reference code.
 chat: $(STAMP)
 	PYTHONPATH=$(ATTNLAB) $(PY) -P -m attnlab.chat
+
+# Chapter 9's engine: PROMPTS=file (one prompt a line) instead of its demo; ATTNLAB=_student as for chat.
+engine: $(STAMP)
+	PYTHONPATH=$(ATTNLAB) $(PY) -P -m attnlab.serve $(if $(PROMPTS),--prompts $(PROMPTS))
 
 grade: $(STAMP)
 	$(PY) -m autograde class $(ASSIGNMENT) --workers $(WORKERS)

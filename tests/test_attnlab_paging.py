@@ -230,8 +230,8 @@ def test_bad_input_is_refused_and_nothing_is_corrupted():
     with pytest.raises(ValueError, match="free"):
         engine.step()
     strict = Engine(model, num_blocks=4, block_size=4, preemption=False)
-    for _ in range(2):
-        strict.add_request([5, 6, 7, 8, 9, 10, 11, 12], 8)
+    for start in (5, 20):                                            # different prompts: no block is shared
+        strict.add_request(list(range(start, start + 8)), 8)
     with pytest.raises(OutOfBlocks, match="preemption is off"):
         strict.run()
     held = sorted(b for s in strict.running for b in s.block_table)

@@ -58,6 +58,9 @@ class BlockManager:
         seq.new_slots = [append_slot(seq.block_table, n, self.block_size, self.allocator)
                          for n in range(seq.num_cached, len(seq.token_ids))]
         seq.num_cached = len(seq.token_ids)
+        # Entered now, before the prefill computes them: a sequence admitted later in the same step finds them.
+        # It reads them in the same forward pass, after this one's keys and values are written in each layer.
+        self.cache_blocks(seq)
 
     def blocks_to_append(self, seq: Sequence) -> int:
         """1 when seq's next token needs a new block (its last block is full, or shared with another table)."""
