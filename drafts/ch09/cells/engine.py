@@ -110,7 +110,9 @@ class Engine:
                         self.preemption)
         self.stats.preemptions += len(plan.preempted)
         self._copy_blocks()
-        logits = self._forward(plan)                                      # (B, vocab)
+        logits = torch.cat([self._forward(Step(plan.kind, group)) for group in self._groups(plan)])   # (B, vocab)
+        held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
+        self.stats.peak_blocks = max(self.stats.peak_blocks, held)
         emitted = []
         for row, seq in enumerate(plan.seqs):
             for sample in [seq] + (self.forks.pop(seq.seq_id, []) if plan.kind == "prefill" else []):
@@ -128,8 +130,6 @@ class Engine:
                 self.manager.free(seq)
                 self.running.remove(seq)
                 self.finished[seq.seq_id] = seq
-        held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
-        self.stats.peak_blocks = max(self.stats.peak_blocks, held)
         self.stats.steps += 1
         self.stats.seconds += time.perf_counter() - started
         return emitted
@@ -142,6 +142,23 @@ class Engine:
                 on_step(self, emitted)
         return {i: seq.token_ids[seq.prompt_len:] for i, seq in sorted(self.finished.items())}
 
+    @staticmethod
+    def _groups(plan: Step) -> list[list[Sequence]]:
+        """The step's rows in forward passes. A batch is padded to its longest row, so prompts of very different
+        lengths (say, one whose prefix was cached) are split, in admission order: a prompt's blocks entered in
+        the prefix cache are then computed before another prompt reads them."""
+        groups: list[list[Sequence]] = []
+        for seq in plan.seqs:
+            group = groups[-1] if groups else []
+            lengths = [len(s.new_slots) for s in group] + [len(seq.new_slots)]
+            if group and max(lengths) * len(lengths) > 1.5 * sum(lengths):
+                groups.append([seq])
+            elif group:
+                group.append(seq)
+            else:
+                groups.append([seq])
+        return groups
+
     def _copy_blocks(self) -> None:
         """Copy-on-write: the block contents the manager promised, in every layer, before anything is written."""
         for source, destination in self.manager.copies:
@@ -152,7 +169,7 @@ class Engine:
 
     @torch.no_grad()
     def _forward(self, plan: Step) -> torch.Tensor:
-        """The model on the step's new tokens, left-padded: (B, t_new) -> the last real position's logits."""
+        """The model on these rows' new tokens, left-padded: (B, t_new) -> the last real position's logits."""
         seqs = plan.seqs
         new_lens = torch.tensor([len(seq.new_slots) for seq in seqs])
         t_new = int(new_lens.max())
