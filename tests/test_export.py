@@ -135,10 +135,20 @@ print(tokenizer.decode(generate(mla, ids, 8).tokens[0, ids.shape[1]:].tolist()))
 """
 
 
+SERVE = """
+import attnlab.serving.engine
+assert attnlab.serving.engine.__file__.startswith(EXPORTED), attnlab.serving.engine.__file__
+from attnlab.serve import main
+main(["--max-new-tokens", "24", "--num-blocks", "8"])
+"""
+
+
 def test_students_own_llama_chats_with_smollm2(tmp_path):
     """Every chapter filled in as a student would, exported: `make chat ATTNLAB=_student` (attnlab.chat on that
     package alone) loads SmolLM2's real weights into the student's Llama and answers; the student's chapter 8
-    pieces decode the same model rewritten as MLA, from its latent cache with absorbed attention."""
+    pieces decode the same model rewritten as MLA, from its latent cache with absorbed attention; and chapter 9's
+    engine (`make engine ATTNLAB=_student`) serves the demo's eight requests on the student's paged cache, in a
+    pool small enough that some are preempted."""
     from coursekit.sync import chapter_notebooks
     chapters = [nb.parent.name for nb in chapter_notebooks()]
     assert "ch07_llama_gqa" in chapters
@@ -150,3 +160,9 @@ def test_students_own_llama_chats_with_smollm2(tmp_path):
     run = subprocess.run([sys.executable, "-P", "-c", MLA], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert "Paris" in run.stdout, run.stdout
+    serve = f"EXPORTED = {str(out)!r}\n" + SERVE
+    run = subprocess.run([sys.executable, "-P", "-c", serve], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "Paris" in run.stdout and "8 requests" in run.stdout, run.stdout
+    preempted = int(run.stdout.rsplit(" preemptions", 1)[0].rsplit(" ", 1)[1])
+    assert preempted > 0, run.stdout
