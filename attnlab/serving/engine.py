@@ -153,12 +153,9 @@ class Engine:
         the prefix cache are then computed before another prompt reads them."""
         groups: list[list[Sequence]] = []
         for seq in plan.seqs:
-            group = groups[-1] if groups else []
-            lengths = [len(s.new_slots) for s in group] + [len(seq.new_slots)]
-            if group and max(lengths) * len(lengths) > 1.5 * sum(lengths):
-                groups.append([seq])
-            elif group:
-                group.append(seq)
+            lengths = [len(s.new_slots) for s in (groups[-1] if groups else [])] + [len(seq.new_slots)]
+            if groups and max(lengths) * len(lengths) <= 1.5 * sum(lengths):     # padding adds at most half
+                groups[-1].append(seq)
             else:
                 groups.append([seq])
         return groups

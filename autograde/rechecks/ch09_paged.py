@@ -49,8 +49,8 @@ for op, pick in zip(ops, picks):
             pool.share(held[pick % len(held)])
         elif op == 2 and held:
             pool.free(held[pick % len(held)])
-        elif op == 3:
-            pool.free(pick % 12) if not pool.ref_counts[pick % 12] else None
+        elif op == 3 and not pool.ref_counts[pick % 12]:
+            pool.free(pick % 12)                        # a free block: must raise ValueError
     except OutOfBlocks:
         record.append(-1)
     except ValueError:
