@@ -15,6 +15,14 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         filter_logits, next_token [5]
     attnlab.decoding.streaming
         stream [7]
+    attnlab.kernels.backend
+        PagedDecode, PagedMLADecode, install_decode_kernels [10]
+    attnlab.kernels.hopper
+        HopperBinary, KernelCompileError, compile_for_hopper, kernel_source [10]
+    attnlab.kernels.paged_decode
+        paged_decode_kernel, compile_paged_decode, paged_decode [10]
+    attnlab.kernels.paged_mla
+        paged_mla_decode_kernel, MLA_BLOCK_H, compile_paged_mla_decode, paged_mla_decode [10]
     attnlab.layers.attention
         attention_scores, scaled_dot_product_attention [1]
     attnlab.layers.decoder_layer
@@ -69,7 +77,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.copy_on_write
         copy_on_write, fork [9]
     attnlab.serving.engine
-        Engine, EngineStats, Sampling, pool_shapes [9]
+        Engine, EngineStats, Sampling, choose_decode_attention, pool_shapes [9]
     attnlab.serving.paged_cache
         PagedCache, StepLayout [9]
     attnlab.serving.paged_kv

@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-num-seqs", type=int, default=16, help="sequences decoded together, at most")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--attention", choices=("auto", "triton", "torch"), default="auto",
+                        help="decode attention: chapter 10's Triton kernels, or torch's gather (auto: triton on a GPU)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     prompts = DEMO_PROMPTS if args.prompts is None else [
@@ -44,9 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.prompts} holds no prompt")
     model, metadata = load_llama_gguf(max_seq_len=2048)
     prepare_for_decoding(model)
+    model.to(args.device)
     tokenizer = tokenizer_from_gguf(metadata)
     eos_id = tokenizer.token_to_id("<|im_end|>")
-    engine = Engine(model, args.num_blocks, args.block_size, args.max_num_seqs)
+    engine = Engine(model, args.num_blocks, args.block_size, args.max_num_seqs, attention=args.attention)
     ids = [engine.add_request(tokenizer.encode(chat_prompt([{"role": "user", "content": p}])).ids,
                               args.max_new_tokens, eos_id)[0] for p in prompts]
     pool = engine.manager.allocator

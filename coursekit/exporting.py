@@ -200,6 +200,8 @@ SUBPACKAGES = {
     "translator": "chapter 6's Chinese-English translator: its corpus, its word vocabulary, its training",
     "serving": "serving many requests at once: the paged KV cache (block allocator, block tables, copy-on-write, "
                "prefix cache), paged attention, the scheduler and the engine",
+    "kernels": "Triton kernels: paged decode attention for grouped-query heads and for MLA, their ahead-of-time "
+               "compile for Hopper, and the switch that puts them under the serving engine",
 }
 
 

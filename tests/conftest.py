@@ -3,6 +3,8 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Chapter 10's Triton kernels run in the interpreter on a CPU; Triton reads this when a kernel is defined.
+os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from pathlib import Path  # noqa: E402
 

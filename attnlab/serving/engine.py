@@ -41,6 +41,27 @@ class EngineStats:
     seconds: float = 0.0
 
 
+def choose_decode_attention(choice: str, model: LanguageModel, caches: list[PagedCache]) -> str:
+    """The one place that picks how the engine attends in decode steps. "triton": chapter 10's paged kernels read
+    the pool directly; "torch": each sequence's keys and values are gathered for chapter 7's attention; "auto":
+    triton on a CUDA GPU, else torch. Returns the choice made."""
+    if choice not in ("auto", "triton", "torch"):
+        raise ValueError(f"attention must be 'auto', 'triton' or 'torch', got {choice!r}")
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    if choice == "auto":
+        choice = "triton" if on_gpu else "torch"
+    if choice == "triton":
+        try:
+            from attnlab.kernels.backend import install_decode_kernels      # chapter 10: imported only when used
+        except ImportError as exc:
+            if on_gpu:
+                print(f"attnlab.kernels cannot be imported ({exc}): the engine attends with torch")
+                return "torch"
+            raise
+        install_decode_kernels(model, caches)
+    return choice
+
+
 class Engine:
     """Continuous batching on a paged KV cache: requests join and leave between steps while others decode.
 
@@ -48,7 +69,8 @@ class Engine:
     layer gets a PagedCache over its own (num_blocks, block_size, heads, dims) pools."""
 
     def __init__(self, model: LanguageModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 32,
-                 max_num_batched_tokens: int = 4096, prefix_caching: bool = True, preemption: bool = True):
+                 max_num_batched_tokens: int = 4096, prefix_caching: bool = True, preemption: bool = True,
+                 attention: str = "auto"):
         if max_num_seqs < 1 or max_num_batched_tokens < 1:
             raise ValueError(f"max_num_seqs and max_num_batched_tokens must be >= 1, got {max_num_seqs} and "
                              f"{max_num_batched_tokens}")
@@ -57,10 +79,13 @@ class Engine:
         self.max_num_seqs, self.max_num_batched_tokens, self.preemption = (max_num_seqs, max_num_batched_tokens,
                                                                            preemption)
         weight = next(model.parameters())
+        self.device = weight.device
         (k_heads, k_dim), (v_heads, v_dim) = pool_shapes(self.config)
-        self.caches = [PagedCache(torch.zeros(num_blocks, block_size, k_heads, k_dim, dtype=weight.dtype),
-                                  torch.zeros(num_blocks, block_size, v_heads, v_dim, dtype=weight.dtype))
+        pool = dict(dtype=weight.dtype, device=self.device)
+        self.caches = [PagedCache(torch.zeros(num_blocks, block_size, k_heads, k_dim, **pool),
+                                  torch.zeros(num_blocks, block_size, v_heads, v_dim, **pool))
                        for _ in range(self.config.n_layers)]
+        self.attention = choose_decode_attention(attention, model, self.caches)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.sampling: dict[int, Sampling] = {}
@@ -114,7 +139,7 @@ class Engine:
                         self.preemption)
         self.stats.preemptions += len(plan.preempted)
         self._copy_blocks()
-        logits = torch.cat([self._forward(Step(plan.kind, group)) for group in self._groups(plan)])   # (B, vocab)
+        logits = torch.cat([self._forward(Step(plan.kind, group)) for group in self._groups(plan)]).cpu()  # (B, V)
         held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
         self.stats.peak_blocks = max(self.stats.peak_blocks, held)
         emitted = []
@@ -182,12 +207,14 @@ class Engine:
                 self.manager.allocator.check_held(block_id)     # a table must never point at a free block
             token_ids[row, t_new - len(seq.new_slots):] = torch.tensor(seq.token_ids[-len(seq.new_slots):])
             block_tables[row, :len(seq.block_table)] = torch.tensor(seq.block_table)
-        layout = StepLayout(block_tables, torch.tensor([seq.num_cached for seq in seqs]), new_lens,
-                            torch.tensor([slot for seq in seqs for slot in seq.new_slots], dtype=torch.long))
+        layout = StepLayout(block_tables.to(self.device), torch.tensor([seq.num_cached for seq in seqs],
+                                                                      device=self.device),
+                            new_lens.to(self.device),
+                            torch.tensor([slot for seq in seqs for slot in seq.new_slots], device=self.device))
         for cache in self.caches:
             cache.layout = layout
         if plan.kind == "prefill":
             self.stats.prefill_tokens += int(new_lens.sum())
         else:
             self.stats.decode_tokens += len(seqs)
-        return self.model(token_ids, layout.attention_mask(), self.caches)[:, -1]
+        return self.model(token_ids.to(self.device), layout.attention_mask(), self.caches)[:, -1]

@@ -35,11 +35,12 @@ class StepLayout:
     def attention_mask(self) -> torch.Tensor:
         """(B, past + t_new), True at each row's real tokens."""
         s = self.past + self.t_new
-        return torch.arange(s)[None, :] >= (s - self.context_lens)[:, None]
+        return torch.arange(s, device=self.context_lens.device)[None, :] >= (s - self.context_lens)[:, None]
 
     def new_token_mask(self) -> torch.Tensor:
         """(B, t_new), True at each row's real new tokens."""
-        return torch.arange(self.t_new)[None, :] >= (self.t_new - self.new_lens)[:, None]
+        return (torch.arange(self.t_new, device=self.new_lens.device)[None, :]
+                >= (self.t_new - self.new_lens)[:, None])
 
 
 class PagedCache:
@@ -49,6 +50,10 @@ class PagedCache:
     def __init__(self, k_pool: torch.Tensor, v_pool: torch.Tensor):
         self.k_pool, self.v_pool = k_pool, v_pool      # (num_blocks, block_size, H_kv, D) each
         self.layout: StepLayout | None = None
+        # Set by chapter 10's decode kernels, which attend over the pool itself: a step of one new token per row
+        # then skips the gather, and leaves `pool_ready` for the kernel to take.
+        self.kernel_reads_pool = False
+        self.pool_ready = False
 
     @property
     def length(self) -> int:
@@ -69,8 +74,11 @@ class PagedCache:
         write_paged(self.k_pool, self.v_pool, k.transpose(1, 2)[real], v.transpose(1, 2)[real],
                     self.layout.slot_mapping)
         layout = self.layout
+        if self.kernel_reads_pool and layout.t_new == 1:
+            self.pool_ready = True
+            return k, v
         return (gather_paged(self.k_pool, layout.block_tables, layout.context_lens),
                 gather_paged(self.v_pool, layout.block_tables, layout.context_lens))
 
     def reset(self) -> None:
-        self.layout = None
+        self.layout, self.pool_ready = None, False

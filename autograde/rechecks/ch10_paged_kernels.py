@@ -1,0 +1,81 @@
+"""Re-checks for chapter 10 (see autograde/rechecks/__init__.py). The student's kernels run in the sandbox, in
+Triton's interpreter, on fresh paged pools whose unused slots are NaN; the probe also compiles them for Hopper
+there. The trusted grader's references use torch alone: chapter 9's gather (the course's attnlab.serving) and
+torch's scaled_dot_product_attention. The kernels accumulate in float32, so the inputs are float32."""
+import torch
+import torch.nn.functional as F
+
+from autograde.rechecks import Probe
+
+BLOCK_SIZE = 16
+
+
+def _pools(g, lens, heads, dims):
+    """NaN-filled pools of shuffled blocks holding len_b random tokens per sequence, and their block tables."""
+    num_blocks = sum(-(-n // BLOCK_SIZE) for n in lens) + 4
+    physical = torch.randperm(num_blocks, generator=g).tolist()
+    tables = torch.zeros(len(lens), max(-(-n // BLOCK_SIZE) for n in lens), dtype=torch.int32)
+    pools = [torch.full((num_blocks, BLOCK_SIZE, heads, d), float("nan")) for d in dims]
+    for b, n in enumerate(lens):
+        for i in range(-(-n // BLOCK_SIZE)):
+            tables[b, i] = physical.pop()
+            used = min(n, (i + 1) * BLOCK_SIZE) - i * BLOCK_SIZE
+            for pool in pools:
+                pool[tables[b, i], :used] = torch.randn(used, heads, pool.shape[-1], generator=g)
+    return pools, tables
+
+
+def _decode_inputs(g):
+    lens = torch.randint(1, 70, (4,), generator=g).tolist()
+    (k_pool, v_pool), tables = _pools(g, lens, 2, (32, 32))
+    return {"q": torch.randn(4, 8, 32, generator=g), "k_pool": k_pool, "v_pool": v_pool, "block_tables": tables,
+            "context_lens": torch.tensor(lens, dtype=torch.int32)}
+
+
+DECODE_CODE = '''
+import torch
+result = [paged_decode(inputs["q"], inputs["k_pool"], inputs["v_pool"], inputs["block_tables"], inputs["context_lens"]),
+          torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_decode([(4, 16, 64)])))])]
+'''
+
+
+def _decode_reference(i):
+    from attnlab.serving.paged_kv import paged_attention
+    z = paged_attention(i["q"][:, :, None], i["k_pool"], i["v_pool"], i["block_tables"], i["context_lens"])
+    return z[:, :, 0], torch.ones(1)
+
+
+def _mla_inputs(g):
+    lens = torch.randint(1, 50, (3,), generator=g).tolist()
+    (c_pool, r_pool), tables = _pools(g, lens, 1, (32, 16))
+    return {"q_latent": torch.randn(3, 5, 32, generator=g), "q_rope": torch.randn(3, 5, 16, generator=g),
+            "c_kv_pool": c_pool, "k_rope_pool": r_pool, "block_tables": tables,
+            "context_lens": torch.tensor(lens, dtype=torch.int32)}
+
+
+MLA_SCALE = 0.17
+
+MLA_CODE = f'''
+import torch
+result = [paged_mla_decode(inputs["q_latent"], inputs["q_rope"], inputs["c_kv_pool"], inputs["k_rope_pool"],
+                           inputs["block_tables"], inputs["context_lens"], {MLA_SCALE}),
+          torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_mla_decode([(16, 32, 16)])))])]
+'''
+
+
+def _mla_reference(i):
+    from attnlab.serving.paged_kv import gather_paged
+    c_kv = gather_paged(i["c_kv_pool"], i["block_tables"], i["context_lens"])      # (B, 1, S, d_c), left-padded
+    k_rope = gather_paged(i["k_rope_pool"], i["block_tables"], i["context_lens"])
+    s = c_kv.shape[2]
+    real = torch.arange(s)[None, :] >= (s - i["context_lens"].long())[:, None]      # (B, S)
+    q = torch.cat([i["q_latent"], i["q_rope"]], -1)[:, :, None]                    # (B, H, 1, d_c + d_r)
+    z = F.scaled_dot_product_attention(q, torch.cat([c_kv, k_rope], -1), c_kv, attn_mask=real[:, None, None, :],
+                                       scale=MLA_SCALE, enable_gqa=True)
+    return z[:, :, 0], torch.ones(1)
+
+
+PROBES = {
+    "test_paged_decode": Probe(_decode_inputs, DECODE_CODE, _decode_reference, rtol=1e-4, atol=1e-5),
+    "test_paged_mla_decode": Probe(_mla_inputs, MLA_CODE, _mla_reference, rtol=1e-4, atol=1e-5),
+}
