@@ -220,11 +220,16 @@ def probe(code_path: str, inputs_path: str, out_dir: str, cell_timeout_s: str = 
     sys.modules["__student__"] = module
     namespace: dict = module.__dict__
     cell_errors = []
+    import linecache
     for index, source in enumerate(spec["cells"]):
         running(index)
         signal.alarm(timeout)
+        # Registered as IPython registers a cell, so that inspect.getsource finds the cell's functions: Triton
+        # reads a kernel's source to run it (chapter 10).
+        filename = f"<student cell {index}>"
+        linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
         try:
-            exec(compile(source, f"<student cell {index}>", "exec", dont_inherit=True), namespace)
+            exec(compile(source, filename, "exec", dont_inherit=True), namespace)
         except BaseException as exc:  # noqa: BLE001 - a student cell may raise anything, SystemExit included
             cell_errors.append(f"cell {index}: {type(exc).__name__}: {exc}"[:300])
         finally:

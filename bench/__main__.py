@@ -1,14 +1,14 @@
 """python -m bench [SECTION ...]: print every benchmark's figures (sections: ch01, ch02_04, ch05_06, ch07, ch08,
-ch09, site, grading, class)."""
+ch09, gpu_paged, site, grading, class)."""
 import os
 import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from bench import ch01, ch02_04, ch05_06, ch07, ch08, ch09, class_grading, grading, site  # noqa: E402
+from bench import ch01, ch02_04, ch05_06, ch07, ch08, ch09, class_grading, gpu_paged, grading, site  # noqa: E402
 
 SECTIONS = {"ch01": ch01.run, "ch02_04": ch02_04.run, "ch05_06": ch05_06.run, "ch07": ch07.run, "ch08": ch08.run,
-            "ch09": ch09.run, "site": site.run,
+            "ch09": ch09.run, "gpu_paged": gpu_paged.run, "site": site.run,
             "grading": grading.run, "class": class_grading.run}
 
 

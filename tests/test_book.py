@@ -12,7 +12,7 @@ from tests.browser import browser, serve
 
 CHAPTERS = ["book/ch01_qkv_softmax", "book/ch02_multihead", "book/ch03_add_norm_ffn", "book/ch04_encoder",
             "book/ch05_decoding", "book/ch06_decoder", "book/ch07_llama_gqa",
-            "book/ch08_mla", "book/ch09_paged"]
+            "book/ch08_mla", "book/ch09_paged", "book/ch10_paged_kernels"]
 EXERCISE_PAGES = [f"exercises/{Path(c).name}/{Path(c).name}" for c in CHAPTERS]
 SCREENSHOTS = Path("_build") / "screenshots"
 

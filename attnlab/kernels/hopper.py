@@ -57,6 +57,18 @@ class HopperBinary:
     cubin_bytes: int         # the cubin: sm_90 machine code, what a GPU loads
 
 
+def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> None:
+    """kernel[grid](*args, **constexprs), constexprs including Triton's launch options such as num_warps. In the interpreter, an error raised in the kernel's Python (say, the
+    NotImplementedError of an exercise not written yet) comes out as itself, not wrapped in Triton's
+    InterpreterError."""
+    try:
+        kernel[grid](*args, **constexprs)
+    except Exception as exc:
+        if type(exc).__name__ == "InterpreterError" and exc.__cause__ is not None:
+            raise exc.__cause__ from None
+        raise
+
+
 def kernel_source(kernel) -> str:
     """A Python file defining `kernel`, with the @triton.jit helpers and the constants it reads from its globals."""
     seen, parts = set(), []

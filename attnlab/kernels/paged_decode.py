@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from attnlab.kernels.hopper import HopperBinary, compile_for_hopper
+from attnlab.kernels.hopper import HopperBinary, compile_for_hopper, launch
 
 
 # cell 'paged_decode_kernel'
@@ -81,12 +81,14 @@ def _check_pools(name: str, pools: list[torch.Tensor], block_tables: torch.Tenso
 
 
 def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
-                 context_lens: torch.Tensor, scale: float | None = None, check_lengths: bool = True) -> torch.Tensor:
+                 context_lens: torch.Tensor, scale: float | None = None, check_lengths: bool = True,
+                 **launch_options) -> torch.Tensor:
     """Chapter 9's paged_attention without the gather: paged_decode_kernel reads each block where it lies.
 
     q: (B, H, D), each sequence's newest query, whose own key is already in the pool; k_pool, v_pool:
     (num_blocks, block_size, H_kv, D); block_tables: (B, max_blocks), row b's first ceil(len_b / block_size)
-    entries used; context_lens: (B,) >= 1. Returns (B, H, D) in q's dtype; scale defaults to 1 / sqrt(D)."""
+    entries used; context_lens: (B,) >= 1. Returns (B, H, D) in q's dtype; scale defaults to 1 / sqrt(D).
+    launch_options (num_warps, num_stages) go to Triton on a GPU; the interpreter ignores them."""
     if q.dim() != 3 or k_pool.shape != v_pool.shape:
         raise ValueError(f"need q (B, H, D) and k_pool, v_pool alike (num_blocks, block_size, H_kv, D), got "
                          f"{tuple(q.shape)}, {tuple(k_pool.shape)} and {tuple(v_pool.shape)}")
@@ -101,11 +103,12 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, bl
     out = torch.empty(batch, n_heads, d_head, dtype=torch.float32, device=q.device)
     tables = block_tables.to(device=q.device, dtype=torch.int32).contiguous()   # vLLM's dtype: widen in the kernel
     lens = context_lens.to(device=q.device, dtype=torch.int32).contiguous()
-    paged_decode_kernel[(batch, n_kv_heads)](
-        out, q, k_pool, v_pool, tables, lens, d_head ** -0.5 if scale is None else scale,
+    launch(
+        paged_decode_kernel, (batch, n_kv_heads), out, q, k_pool, v_pool, tables, lens, d_head ** -0.5 if scale is None else scale,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), tables.stride(0),
         k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), v_pool.stride(0), v_pool.stride(1), v_pool.stride(2),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=block_size, D_HEAD=d_head)
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=block_size, D_HEAD=d_head,
+        **launch_options)
     return out.to(q.dtype)
 
 

@@ -13,7 +13,7 @@ if not torch.cuda.is_available():
 import triton
 import triton.language as tl
 
-from attnlab.kernels.hopper import HopperBinary, compile_for_hopper
+from attnlab.kernels.hopper import HopperBinary, compile_for_hopper, launch
 from attnlab.kernels.paged_decode import _check_pools
 
 
@@ -67,13 +67,14 @@ MLA_BLOCK_H = 16          # query heads per program: the rows of each tl.dot
 
 def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: torch.Tensor,
                      k_rope_pool: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                     check_lengths: bool = True) -> torch.Tensor:
+                     check_lengths: bool = True, **launch_options) -> torch.Tensor:
     """Absorbed MLA decoding on a paged latent cache with paged_mla_decode_kernel.
 
     q_latent: (B, H, d_c), each head's query with W_UK absorbed; q_rope: (B, H, d_r); c_kv_pool: (num_blocks,
     block_size, 1, d_c) and k_rope_pool: (num_blocks, block_size, 1, d_r), possibly views of one
     (num_blocks, block_size, 1, d_c + d_r) buffer; block_tables (B, max_blocks); context_lens (B,) >= 1.
-    Returns (B, H, d_c) in q_latent's dtype: each head's softmax-weighted latent, for W_UV to expand."""
+    Returns (B, H, d_c) in q_latent's dtype: each head's softmax-weighted latent, for W_UV to expand.
+    launch_options (num_warps, num_stages) go to Triton on a GPU."""
     if q_latent.dim() != 3 or q_rope.shape[:2] != q_latent.shape[:2]:
         raise ValueError(f"need q_latent (B, H, d_c) and q_rope (B, H, d_r), got {tuple(q_latent.shape)} and "
                          f"{tuple(q_rope.shape)}")
@@ -92,11 +93,11 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
     out = torch.empty(batch, n_heads, d_c, dtype=torch.float32, device=q_latent.device)
     tables = block_tables.to(device=q_latent.device, dtype=torch.int32).contiguous()
     lens = context_lens.to(device=q_latent.device, dtype=torch.int32).contiguous()
-    paged_mla_decode_kernel[(batch, triton.cdiv(n_heads, MLA_BLOCK_H))](
-        out, q_latent, q_rope, c_kv_pool, k_rope_pool, tables, lens, scale, n_heads,
+    launch(
+        paged_mla_decode_kernel, (batch, triton.cdiv(n_heads, MLA_BLOCK_H)), out, q_latent, q_rope, c_kv_pool, k_rope_pool, tables, lens, scale, n_heads,
         q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1), out.stride(0), out.stride(1),
         tables.stride(0), c_kv_pool.stride(0), c_kv_pool.stride(1), k_rope_pool.stride(0), k_rope_pool.stride(1),
-        BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r)
+        BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r, **launch_options)
     return out.to(q_latent.dtype)
 
 

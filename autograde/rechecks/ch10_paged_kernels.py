@@ -29,20 +29,34 @@ def _decode_inputs(g):
     lens = torch.randint(1, 70, (4,), generator=g).tolist()
     (k_pool, v_pool), tables = _pools(g, lens, 2, (32, 32))
     return {"q": torch.randn(4, 8, 32, generator=g), "k_pool": k_pool, "v_pool": v_pool, "block_tables": tables,
-            "context_lens": torch.tensor(lens, dtype=torch.int32)}
+            "context_lens": torch.tensor(lens, dtype=torch.int32),
+            "far_blocks": torch.randint(1, 100, (2, 16, 1, 64), generator=g, dtype=torch.uint8),
+            "far_q": torch.randn(1, 2, 64, generator=g) / 64}
 
 
+# A pool of one-byte elements whose last block starts past element 2^31, so that block * stride needs int64. Only
+# two blocks are written: the rest of the 4 GiB is address space the system never backs with memory.
 DECODE_CODE = '''
 import torch
 result = [paged_decode(inputs["q"], inputs["k_pool"], inputs["v_pool"], inputs["block_tables"], inputs["context_lens"]),
           torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_decode([(4, 16, 64)])))])]
+buffer = torch.empty(2**32 + 2**21, dtype=torch.uint8)
+base = 2**31 + 2**20
+num_blocks = (buffer.numel() - base) // (16 * 64)
+pool = buffer[base:base + num_blocks * 16 * 64].view(num_blocks, 16, 1, 64)
+pool[5], pool[num_blocks - 1] = inputs["far_blocks"][0], inputs["far_blocks"][1]
+result.append(paged_decode(inputs["far_q"], pool, pool, torch.tensor([[5, num_blocks - 1]], dtype=torch.int32),
+                           torch.tensor([27])))
+del buffer, pool
 '''
 
 
 def _decode_reference(i):
     from attnlab.serving.paged_kv import paged_attention
     z = paged_attention(i["q"][:, :, None], i["k_pool"], i["v_pool"], i["block_tables"], i["context_lens"])
-    return z[:, :, 0], torch.ones(1)
+    far = i["far_blocks"].reshape(32, 1, 64)[:27].float().transpose(0, 1)[None]      # (1, 1, 27, 64)
+    far_z = F.scaled_dot_product_attention(i["far_q"][:, :, None], far, far, enable_gqa=True)[:, :, 0]
+    return z[:, :, 0], torch.ones(1), far_z
 
 
 def _mla_inputs(g):

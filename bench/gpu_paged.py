@@ -1,0 +1,297 @@
+"""python -m bench.gpu_paged: chapter 10's GPU checks, one prepared script that prints every figure.
+
+On a CUDA GPU (written for an H200; a few minutes):
+  1. correctness of both kernels against chapter 9's gather reference, on the GPU, in bf16;
+  2. achieved bandwidth of paged GQA decode (bytes of K/V read / time, as a share of the GPU's peak) at batches of
+     32-128 and contexts of 1k-32k, beside torch's attention on the same K/V (gathered, and already contiguous),
+     and FlashInfer or flash-attn when they are installed;
+  3. the same for paged MLA decode at DeepSeek-V3's dims (128 heads, a 512 + 64 latent, blocks of 64);
+  4. chapter 9's engine on a random model of SmolLM2's shape, decoding with the kernels and with torch.
+With --smoke it runs the same code at tiny sizes in Triton's interpreter, to check the script on a CPU.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+from attnlab.kernels.paged_decode import paged_decode
+from attnlab.kernels.paged_mla import paged_mla_decode
+from attnlab.serving.paged_kv import gather_paged, paged_attention
+
+PEAK_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "H800": 3.35e12, "A100": 2.0e12, "L40S": 0.864e12}
+LAUNCH_CONFIGS = [{"num_warps": 4, "num_stages": 2}, {"num_warps": 4, "num_stages": 3},
+                  {"num_warps": 8, "num_stages": 3}]
+
+
+def peak_bandwidth(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BYTES_PER_S.items() if key in name), None)
+
+
+def seconds(fn, device: torch.device) -> float:
+    """Median time of one call: triton's do_bench on a GPU (CUDA events, L2 flushed), a few calls on a CPU."""
+    if device.type == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(fn, warmup=10, rep=50) / 1e3
+    fn()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def paged_batch(batch: int, context: int, heads: int, dims: tuple[int, ...], block_size: int, dtype, device,
+                seed: int = 0, mixed: bool = False, nan_fill: bool = False):
+    """Pools of shuffled blocks holding `batch` sequences of `context` tokens (or random lengths up to it); with
+    nan_fill, every slot no sequence uses is NaN, so that a kernel reading one shows it."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    lens = (torch.randint(1, context + 1, (batch,), generator=g, device=device) if mixed
+            else torch.full((batch,), context, device=device))
+    per_seq = math.ceil(context / block_size)
+    num_blocks = batch * per_seq + 1
+    pools = [torch.randn(num_blocks, block_size, heads, d, generator=g, device=device).to(dtype) for d in dims]
+    tables = torch.randperm(num_blocks, generator=g, device=device)[:batch * per_seq].view(batch, per_seq).int()
+    if nan_fill:
+        used = torch.zeros(num_blocks, block_size, dtype=torch.bool, device=device)
+        position = torch.arange(per_seq * block_size, device=device)
+        for b in range(batch):
+            mine = position[position < lens[b]]
+            used[tables[b, mine // block_size].long(), mine % block_size] = True
+        for pool in pools:
+            pool[~used] = float("nan")
+    return pools, tables, lens
+
+
+def check_correctness(device, dtype, quick: bool) -> list[str]:
+    lines = []
+    batch, context = (3, 40) if quick else (16, 3000)
+    for group, block_size, d in ((1, 16, 128), (4, 16, 128), (8, 32, 64), (4, 64, 128)):
+        (k_pool, v_pool), tables, lens = paged_batch(batch, context, 2 if quick else 8, (d, d), block_size, dtype,
+                                                     device, seed=group, mixed=True, nan_fill=True)
+        q = torch.randn(batch, k_pool.shape[2] * group, d, device=device).to(dtype)
+        z = paged_decode(q, k_pool, v_pool, tables, lens).float()
+        want = paged_attention(q[:, :, None].float(), k_pool.float(), v_pool.float(), tables, lens)[:, :, 0]
+        error = (z - want).abs().max().item()
+        ok = not z.isnan().any().item() and error < 2e-2
+        lines.append(f"correctness GQA group {group}, block {block_size}, d {d}: max error {error:.1e} "
+                     f"{'ok' if ok else 'FAILED'}")
+    n_heads, d_c, d_r, block_size = (4, 64, 16, 16) if quick else (128, 512, 64, 64)
+    (c_pool, r_pool), tables, lens = paged_batch(batch, context, 1, (d_c, d_r), block_size, dtype, device, seed=7,
+                                                 mixed=True, nan_fill=True)
+    q_latent = torch.randn(batch, n_heads, d_c, device=device).to(dtype) / 8
+    q_rope = torch.randn(batch, n_heads, d_r, device=device).to(dtype) / 8
+    scale = 1 / math.sqrt(128 + d_r)
+    z = paged_mla_decode(q_latent, q_rope, c_pool, r_pool, tables, lens, scale).float()
+    c_kv, k_rope = gather_paged(c_pool.float(), tables, lens), gather_paged(r_pool.float(), tables, lens)
+    s = c_kv.shape[2]
+    real = torch.arange(s, device=device)[None, :] >= (s - lens.long())[:, None]
+    want = F.scaled_dot_product_attention(torch.cat([q_latent, q_rope], -1).float()[:, :, None],
+                                          torch.cat([c_kv, k_rope], -1).expand(-1, n_heads, -1, -1),
+                                          c_kv.expand(-1, n_heads, -1, -1), attn_mask=real[:, None, None, :],
+                                          scale=scale)[:, :, 0]
+    error = (z - want).abs().max().item()
+    ok = not z.isnan().any().item() and error < 2e-2
+    lines.append(f"correctness MLA {n_heads} heads, latent {d_c}+{d_r}, block {block_size}: max error {error:.1e} "
+                 f"{'ok' if ok else 'FAILED'}")
+    return lines
+
+
+def sdpa_decode(q, k, v):
+    """torch's attention for one query per row: q (B, H, D), k and v (B, H_kv, S, D)."""
+    try:
+        return F.scaled_dot_product_attention(q[:, :, None], k, v, enable_gqa=True)[:, :, 0]
+    except TypeError:                    # a torch older than 2.5: copy the KV heads for each query head
+        group = q.shape[1] // k.shape[1]
+        return F.scaled_dot_product_attention(q[:, :, None], k.repeat_interleave(group, 1),
+                                              v.repeat_interleave(group, 1))[:, :, 0]
+
+
+def flash_attn_line(q, k_pool, v_pool, tables, lens, kv_bytes, peak, device) -> str:
+    try:
+        from flash_attn import flash_attn_with_kvcache
+    except ImportError:
+        return "flash-attn: not installed"
+    try:
+        # flash-attn's paged cache takes pages of a multiple of 256 tokens: the same tokens, re-blocked.
+        page = 256
+        batch, per_seq = tables.shape[0], math.ceil(int(lens.max()) / page)
+        k = gather_paged(k_pool, tables, lens).transpose(1, 2)           # (B, S, H_kv, D)
+        v = gather_paged(v_pool, tables, lens).transpose(1, 2)
+        pad = per_seq * page - k.shape[1]
+        k_cache = F.pad(k, (0, 0, 0, 0, 0, pad)).reshape(batch * per_seq, page, *k.shape[2:])
+        v_cache = F.pad(v, (0, 0, 0, 0, 0, pad)).reshape(batch * per_seq, page, *v.shape[2:])
+        table = torch.arange(batch * per_seq, device=device, dtype=torch.int32).view(batch, per_seq)
+        t = seconds(lambda: flash_attn_with_kvcache(q[:, None], k_cache, v_cache, cache_seqlens=lens.int(),
+                                                    block_table=table), device)
+        return f"flash-attn (pages of 256): {t * 1e6:8.1f} us, {kv_bytes / t / 1e9:7.0f} GB/s" + (
+            f" = {100 * kv_bytes / t / peak:4.1f}% of peak" if peak else "")
+    except Exception as exc:  # an API that moved between releases: report it, go on
+        return f"flash-attn: failed ({type(exc).__name__}: {str(exc)[:120]})"
+
+
+def flashinfer_line(q, k_pool, v_pool, tables, lens, kv_bytes, peak, device) -> str:
+    try:
+        import flashinfer
+    except ImportError:
+        return "FlashInfer: not installed"
+    try:
+        batch, per_seq = tables.shape
+        block_size = k_pool.shape[1]
+        workspace = torch.empty(256 * 2 ** 20, dtype=torch.uint8, device=device)
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(workspace, "NHD")
+        indptr = torch.arange(batch + 1, device=device, dtype=torch.int32) * per_seq
+        last = ((lens - 1) % block_size + 1).int()
+        wrapper.plan(indptr, tables.reshape(-1).int(), last, q.shape[1], k_pool.shape[2], q.shape[2], block_size,
+                     data_type=k_pool.dtype, q_data_type=q.dtype)
+        t = seconds(lambda: wrapper.run(q, (k_pool, v_pool)), device)
+        return f"FlashInfer:               {t * 1e6:8.1f} us, {kv_bytes / t / 1e9:7.0f} GB/s" + (
+            f" = {100 * kv_bytes / t / peak:4.1f}% of peak" if peak else "")
+    except Exception as exc:
+        return f"FlashInfer: failed ({type(exc).__name__}: {str(exc)[:120]})"
+
+
+def bench_gqa(device, dtype, quick: bool) -> list[str]:
+    peak = peak_bandwidth(device)
+    n_kv_heads, group, d, block_size = (2, 4, 64, 16) if quick else (8, 4, 128, 16)   # Llama-3-8B's attention
+    sizes = [(2, 64)] if quick else [(b, c) for b in (32, 64, 128) for c in (1024, 4096, 16384, 32768)]
+    lines = [f"GQA decode, one layer of {n_kv_heads * group} query heads over {n_kv_heads} KV heads of {d}, "
+             f"blocks of {block_size}, {str(dtype).replace('torch.', '')}; peak "
+             + (f"{peak / 1e12:.2f} TB/s" if peak else "unknown")]
+    best_share = 0.0
+    for batch, context in sizes:
+        (k_pool, v_pool), tables, lens = paged_batch(batch, context, n_kv_heads, (d, d), block_size, dtype, device)
+        q = torch.randn(batch, n_kv_heads * group, d, device=device).to(dtype)
+        kv_bytes = 2 * batch * context * n_kv_heads * d * k_pool.element_size()
+        times = {}
+        for config in (LAUNCH_CONFIGS if device.type == "cuda" else LAUNCH_CONFIGS[:1]):
+            times[str(config)] = seconds(lambda: paged_decode(q, k_pool, v_pool, tables, lens, check_lengths=False,
+                                                              **config), device)
+        config, t = min(times.items(), key=lambda item: item[1])
+        k, v = gather_paged(k_pool, tables, lens), gather_paged(v_pool, tables, lens)
+        t_sdpa = seconds(lambda: sdpa_decode(q, k, v), device)
+        t_gather = seconds(lambda: paged_attention(q[:, :, None], k_pool, v_pool, tables, lens), device)
+        del k, v
+        share = kv_bytes / t / peak if peak else float("nan")
+        best_share = max(best_share, share) if peak else best_share
+        lines.append(f"B {batch:3d}, context {context:5d}: K/V {kv_bytes / 1e9:6.2f} GB | kernel {t * 1e6:8.1f} us "
+                     f"{kv_bytes / t / 1e9:6.0f} GB/s" + (f" = {100 * share:4.1f}% of peak" if peak else "")
+                     + f" ({config}) | torch SDPA on contiguous K/V {t_sdpa / t:4.2f}x the kernel's time"
+                     f" | gather + SDPA {t_gather / t:4.2f}x")
+        if not quick and context == 4096:
+            lines.append("    " + flash_attn_line(q, k_pool, v_pool, tables, lens, kv_bytes, peak, device))
+            lines.append("    " + flashinfer_line(q, k_pool, v_pool, tables, lens, kv_bytes, peak, device))
+        del k_pool, v_pool
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if peak:
+        lines.append(f"GQA best: {100 * best_share:.1f}% of peak bandwidth (target >= 70%)")
+    return lines
+
+
+def bench_mla(device, dtype, quick: bool) -> list[str]:
+    peak = peak_bandwidth(device)
+    n_heads, d_c, d_r, block_size = (4, 64, 16, 16) if quick else (128, 512, 64, 64)     # DeepSeek-V3, FlashMLA
+    sizes = [(2, 64)] if quick else [(b, c) for b in (32, 64, 128) for c in (1024, 4096, 16384, 32768)]
+    lines = [f"MLA decode, {n_heads} heads over one latent of {d_c} + {d_r}, blocks of {block_size}"]
+    best_share = 0.0
+    for batch, context in sizes:
+        (c_pool, r_pool), tables, lens = paged_batch(batch, context, 1, (d_c, d_r), block_size, dtype, device)
+        q_latent = torch.randn(batch, n_heads, d_c, device=device).to(dtype) / 8
+        q_rope = torch.randn(batch, n_heads, d_r, device=device).to(dtype) / 8
+        latent_bytes = batch * context * (d_c + d_r) * c_pool.element_size()
+        flops = batch * context * n_heads * (2 * (d_c + d_r) + 2 * d_c)
+        times = {}
+        for config in (LAUNCH_CONFIGS if device.type == "cuda" else LAUNCH_CONFIGS[:1]):
+            times[str(config)] = seconds(lambda: paged_mla_decode(q_latent, q_rope, c_pool, r_pool, tables, lens,
+                                                                  0.07, check_lengths=False, **config), device)
+        config, t = min(times.items(), key=lambda item: item[1])
+        share = latent_bytes / t / peak if peak else float("nan")
+        best_share = max(best_share, share) if peak else best_share
+        lines.append(f"B {batch:3d}, context {context:5d}: latent {latent_bytes / 1e9:5.2f} GB | kernel "
+                     f"{t * 1e6:8.1f} us {latent_bytes / t / 1e9:6.0f} GB/s"
+                     + (f" = {100 * share:4.1f}% of peak" if peak else "")
+                     + f", {flops / t / 1e12:6.1f} TFLOP/s ({config})")
+        del c_pool, r_pool
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if peak:
+        lines.append(f"MLA best: {100 * best_share:.1f}% of peak bandwidth (FlashMLA: about 90% on an H800)")
+    return lines
+
+
+def bench_engine(device, quick: bool) -> list[str]:
+    from attnlab.models.llama import Llama, LlamaConfig
+    from attnlab.serving.engine import Engine
+    torch.manual_seed(0)
+    config = (LlamaConfig(vocab_size=64, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, n_layers=2, max_seq_len=128)
+              if quick else LlamaConfig(vocab_size=49152, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536,
+                                        n_layers=30, max_seq_len=2048, rope_theta=1e5))
+    model = Llama(config).to(device).eval()
+    g = torch.Generator().manual_seed(1)
+    count, new = (4, 8) if quick else (64, 64)
+    prompts = [torch.randint(0, config.vocab_size, (int(n),), generator=g).tolist()
+               for n in torch.randint(4, 40 if quick else 400, (count,), generator=g)]
+    outputs, lines = {}, []
+    for attention in ("torch", "triton"):
+        engine = Engine(model, num_blocks=64 if quick else 4096, block_size=16, max_num_seqs=count,
+                        attention=attention)
+        ids = [engine.add_request(p, new)[0] for p in prompts]
+        start = time.perf_counter()
+        result = engine.run()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
+        outputs[attention] = [result[i] for i in ids]
+        lines.append(f"engine, {attention:6s} decode attention: {count * new / elapsed:7.1f} tokens/s "
+                     f"({engine.stats.steps} steps)")
+    same = sum(a == b for a, b in zip(outputs["torch"], outputs["triton"]))
+    lines.append(f"engine: {same}/{count} requests give the same tokens with the kernels as with torch "
+                 f"(a random model's near-ties can differ at float32 vs TF32 rounding)")
+    return lines
+
+
+def sections(device: torch.device, smoke: bool):
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    yield (f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu (interpreter)'}; "
+           f"torch {torch.__version__}")
+    for section in (lambda: check_correctness(device, dtype, smoke), lambda: bench_gqa(device, dtype, smoke),
+                    lambda: bench_mla(device, dtype, smoke), lambda: bench_engine(device, smoke)):
+        yield from section()            # each section's lines as soon as it is done
+
+
+def run() -> list[str]:
+    """`make bench`'s section: the figures on a CUDA GPU, or a line saying there is none."""
+    if not torch.cuda.is_available():
+        return ["no CUDA GPU here: skipped (on a GPU machine: python -m bench.gpu_paged)"]
+    return list(sections(torch.device("cuda"), smoke=False))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, any device: checks the script itself")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type != "cuda" and not args.smoke:
+        print("No CUDA GPU here: these are GPU checks (run with --smoke to try the script on a CPU).")
+        return 0
+    started = time.perf_counter()
+    failed = False
+    for line in sections(device, args.smoke):
+        failed |= "FAILED" in line
+        print(line, flush=True)
+    print(f"done in {time.perf_counter() - started:.0f} s", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

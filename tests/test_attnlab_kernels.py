@@ -1,0 +1,224 @@
+"""Chapter 10's Triton kernels (the reference solutions in attnlab.kernels), run in Triton's interpreter on the CPU
+(conftest.py sets TRITON_INTERPRET=1 before any kernel is defined) and compiled ahead of time for Hopper.
+
+References: chapter 9's gather (attnlab.serving.paged_kv.paged_attention), torch's scaled_dot_product_attention,
+chapter 8's absorbed and naive latent attention, and generate() on the same models for the engine."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from attnlab.decoding.generation import generate
+from attnlab.kernels.hopper import KernelCompileError, compile_for_hopper, kernel_source
+from attnlab.kernels.paged_decode import compile_paged_decode, paged_decode
+from attnlab.kernels.paged_mla import compile_paged_mla_decode, paged_mla_decode
+from attnlab.layers.latent_attention import absorbed_latent_attention, naive_latent_attention
+from attnlab.models.llama import Llama, LlamaConfig
+from attnlab.models.mla import MLAConfig, MLAModel
+from attnlab.serving.engine import Engine
+from attnlab.serving.paged_kv import gather_paged, paged_attention
+
+
+def paged_pools(lens, heads, dims, block_size, dtype=torch.float32, seed=0, extra_blocks=3):
+    """NaN-filled pools (one per entry of dims) whose blocks are shuffled, holding each sequence's tokens; the
+    tokens, contiguous, per sequence and pool; int32 block tables."""
+    g = torch.Generator().manual_seed(seed)
+    num_blocks = sum(-(-n // block_size) for n in lens) + extra_blocks
+    pools = [torch.full((num_blocks, block_size, heads, d), float("nan"), dtype=dtype) for d in dims]
+    physical = torch.randperm(num_blocks, generator=g).tolist()
+    tables = torch.zeros(len(lens), max(-(-n // block_size) for n in lens), dtype=torch.int32)
+    tokens = []
+    for b, n in enumerate(lens):
+        rows = [torch.randn(n, heads, d, generator=g).to(dtype) for d in dims]
+        for i in range(-(-n // block_size)):
+            tables[b, i] = physical.pop()
+            used = min(n, (i + 1) * block_size) - i * block_size
+            for pool, row in zip(pools, rows):
+                pool[tables[b, i], :used] = row[i * block_size:i * block_size + used]
+        tokens.append(rows)
+    return pools, tables, torch.tensor(lens, dtype=torch.int32), tokens
+
+
+@pytest.mark.parametrize("group", [1, 4, 8])
+@pytest.mark.parametrize("block_size,d_head", [(16, 64), (32, 128), (64, 64)])
+def test_paged_decode_equals_the_gather_and_torch_attention(group, block_size, d_head):
+    lens = [1, block_size, block_size + 1, 3 * block_size - 5, 7]
+    (k_pool, v_pool), tables, lens_t, tokens = paged_pools(lens, 2, (d_head, d_head), block_size, seed=group)
+    q = torch.randn(len(lens), 2 * group, d_head)
+    z = paged_decode(q, k_pool, v_pool, tables, lens_t)
+    assert not z.isnan().any(), "an unused (NaN) slot reached the output"
+    gathered = paged_attention(q[:, :, None], k_pool, v_pool, tables, lens_t)[:, :, 0]
+    torch.testing.assert_close(z, gathered, rtol=1e-4, atol=1e-5)
+    for b, (k, v) in enumerate(tokens):
+        want = F.scaled_dot_product_attention(q[b:b + 1, :, None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                              enable_gqa=True)[:, :, 0]
+        torch.testing.assert_close(z[b:b + 1], want, rtol=1e-4, atol=1e-5)
+
+
+def test_paged_decode_in_bf16_is_within_bf16_error_of_float32():
+    (k_pool, v_pool), tables, lens_t, _ = paged_pools([40, 3, 17], 2, (64, 64), 16, dtype=torch.bfloat16)
+    q = torch.randn(3, 8, 64).bfloat16()
+    z = paged_decode(q, k_pool, v_pool, tables, lens_t)
+    assert z.dtype == torch.bfloat16
+    want = paged_attention(q[:, :, None].float(), k_pool.float(), v_pool.float(), tables, lens_t)[:, :, 0]
+    # bf16 keeps 8 significant bits: the output's one rounding is at most 2^-8 of its magnitude, under 1 here
+    torch.testing.assert_close(z.float(), want, rtol=2 ** -8, atol=2 ** -8)
+
+
+def test_paged_decode_reads_blocks_past_element_2_to_the_31():
+    """One-byte elements, so a 4 GiB reservation reaches element 2^31; only the two used blocks get memory."""
+    buffer = torch.empty(2 ** 32 + 2 ** 21, dtype=torch.uint8)
+    base = 2 ** 31 + 2 ** 20
+    num_blocks = (buffer.numel() - base) // (16 * 64)
+    pool = buffer[base:base + num_blocks * 16 * 64].view(num_blocks, 16, 1, 64)
+    assert (num_blocks - 1) * pool.stride(0) >= 2 ** 31, "the last block must start past element 2^31"
+    g = torch.Generator().manual_seed(0)
+    pool[2] = torch.randint(1, 100, (16, 1, 64), generator=g, dtype=torch.uint8)
+    pool[num_blocks - 1] = torch.randint(1, 100, (16, 1, 64), generator=g, dtype=torch.uint8)
+    q = torch.randn(1, 3, 64, generator=g) / 64
+    z = paged_decode(q, pool, pool, torch.tensor([[2, num_blocks - 1]], dtype=torch.int32), torch.tensor([30]))
+    k = torch.cat([pool[2], pool[num_blocks - 1]])[:30].float().transpose(0, 1)[None]
+    torch.testing.assert_close(z, F.scaled_dot_product_attention(q[:, :, None], k, k, enable_gqa=True)[:, :, 0],
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n_heads,block_size,d_c,d_r", [(4, 16, 64, 16), (20, 64, 128, 32), (16, 64, 512, 64)])
+def test_paged_mla_decode_equals_chapter_8s_absorbed_and_naive_attention(n_heads, block_size, d_c, d_r):
+    """Through W_UK and W_UV: the kernel's latent output, expanded, equals chapter 8's attention on gathered
+    latents, absorbed and naive alike."""
+    d_nope, d_v = 16, 16
+    lens = [1, block_size, block_size + 1, 2 * block_size + 9]
+    (c_pool, r_pool), tables, lens_t, _ = paged_pools(lens, 1, (d_c, d_r), block_size, seed=n_heads)
+    g = torch.Generator().manual_seed(1)
+    q_nope = torch.randn(len(lens), n_heads, 1, d_nope, generator=g)
+    q_rope = torch.randn(len(lens), n_heads, 1, d_r, generator=g)
+    w_ukv = torch.randn(n_heads * (d_nope + d_v), d_c, generator=g) / d_c ** 0.5
+    w_uk, w_uv = w_ukv.view(n_heads, d_nope + d_v, d_c).split([d_nope, d_v], dim=1)
+    q_latent = torch.einsum("bhn,hnc->bhc", q_nope[:, :, 0], w_uk)
+    z_latent = paged_mla_decode(q_latent, q_rope[:, :, 0], c_pool, r_pool, tables, lens_t, (d_nope + d_r) ** -0.5)
+    z = torch.einsum("bhc,hvc->bhv", z_latent, w_uv)
+    c_kv, k_rope = gather_paged(c_pool, tables, lens_t), gather_paged(r_pool, tables, lens_t)
+    s = c_kv.shape[2]
+    real = (torch.arange(s)[None, :] >= (s - lens_t.long())[:, None])[:, None, None, :]     # (B, 1, 1, S)
+    for attention in (absorbed_latent_attention, naive_latent_attention):
+        want = attention(q_nope, q_rope, c_kv, k_rope, w_ukv, d_v, real)[:, :, 0]
+        torch.testing.assert_close(z, want, rtol=1e-4, atol=1e-5)
+
+
+def test_paged_mla_decode_reads_flashmlas_single_buffer_layout():
+    """[c_KV ; k^R] side by side in one (num_blocks, block_size, 1, 576) buffer: the two pools are views of it."""
+    (c_pool, r_pool), tables, lens_t, _ = paged_pools([70, 5], 1, (512, 64), 64)
+    buffer = torch.cat([c_pool, r_pool], -1)
+    q_latent, q_rope = torch.randn(2, 16, 512), torch.randn(2, 16, 64)
+    z_views = paged_mla_decode(q_latent, q_rope, buffer[..., :512], buffer[..., 512:], tables, lens_t, 0.05)
+    z_apart = paged_mla_decode(q_latent, q_rope, c_pool, r_pool, tables, lens_t, 0.05)
+    torch.testing.assert_close(z_views, z_apart, rtol=0, atol=0)
+
+
+def test_every_kernel_compiles_for_hopper():
+    binaries = compile_paged_decode([(g, bs, d) for g in (1, 8) for bs in (16, 64) for d in (64, 128)])
+    binaries += compile_paged_decode([(4, 16, 128)], pool_dtype="fp16")
+    binaries += compile_paged_mla_decode([(64, 512, 64), (16, 32, 16)])
+    assert len(binaries) == 11 and all(b.cubin_bytes > 0 and b.ptx_lines > 0 for b in binaries)
+
+
+@triton.jit
+def _scale_row(x, factor):
+    return x * factor
+
+
+@triton.jit
+def _sum_kernel(out_ptr, x_ptr, n, BLOCK: tl.constexpr):
+    total = 0                                    # int32 here, float32 after the first iteration
+    for i in range(0, tl.cdiv(n, BLOCK)):
+        offsets = i * BLOCK + tl.arange(0, BLOCK)
+        total = total + tl.sum(_scale_row(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0), 1.0))
+    tl.store(out_ptr, total)
+
+
+@triton.jit
+def _sum_kernel_fixed(out_ptr, x_ptr, n, BLOCK: tl.constexpr):
+    total = tl.zeros((), tl.float32)
+    for i in range(0, tl.cdiv(n, BLOCK)):
+        offsets = i * BLOCK + tl.arange(0, BLOCK)
+        total = total + tl.sum(_scale_row(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0), 1.0))
+    tl.store(out_ptr, total)
+
+
+def test_the_hopper_compile_catches_a_kernel_that_only_the_interpreter_runs():
+    """A loop-carried variable that changes dtype: the interpreter gives the right sum, the compiler refuses it."""
+    x, out = torch.randn(100), torch.zeros(1)
+    _sum_kernel[(1,)](out, x, 100, BLOCK=32)
+    torch.testing.assert_close(out[0], x.sum())
+    signature = {"out_ptr": "*fp32", "x_ptr": "*fp32", "n": "i32"}
+    with pytest.raises(KernelCompileError, match="does not compile for Hopper"):
+        compile_for_hopper(_sum_kernel, signature, [{"BLOCK": 32}])
+    assert "def _scale_row" in kernel_source(_sum_kernel_fixed), "a kernel's @triton.jit helpers travel with it"
+    binary, = compile_for_hopper(_sum_kernel_fixed, signature, [{"BLOCK": 32}])
+    assert binary.cubin_bytes > 0
+
+
+def tiny_llama() -> Llama:
+    torch.manual_seed(0)
+    return Llama(LlamaConfig(vocab_size=50, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, n_layers=2,
+                             max_seq_len=96)).eval()
+
+
+def tiny_mla() -> MLAModel:
+    torch.manual_seed(1)
+    return MLAModel(MLAConfig(vocab_size=50, d_model=64, n_heads=4, kv_lora_rank=32, qk_nope_head_dim=16,
+                              qk_rope_head_dim=16, v_head_dim=16, d_ff=96, n_layers=2, max_seq_len=96)).eval()
+
+
+@pytest.mark.parametrize("make_model", [tiny_llama, tiny_mla], ids=["gqa", "mla"])
+def test_the_engine_on_the_kernels_equals_generating_each_request_alone(make_model):
+    model = make_model()
+    rng = random.Random(0)
+    reqs = [([rng.randrange(50) for _ in range(rng.randint(1, 30))], rng.randint(16, 40)) for _ in range(6)]
+    alone = [generate(model, torch.tensor([p]), n).tokens[0, len(p):].tolist() for p, n in reqs]
+    engine = Engine(model, num_blocks=5, block_size=16, max_num_seqs=4, attention="triton")   # preempts
+    assert engine.attention == "triton" and all(cache.kernel_reads_pool for cache in engine.caches)
+    ids = [engine.add_request(p, n)[0] for p, n in reqs]
+    outputs = engine.run()
+    assert [outputs[i] for i in ids] == alone
+    assert engine.stats.preemptions > 0, "the small pool was meant to force preemption"
+    assert engine.stats.decode_tokens > 0
+    # The model is unchanged for use without the engine: its layers fall back to torch outside a paged step.
+    assert [generate(model, torch.tensor([p]), n).tokens[0, len(p):].tolist() for p, n in reqs] == alone
+
+
+def test_the_engine_picks_torch_on_a_cpu_and_refuses_an_unknown_choice():
+    model = tiny_llama()
+    assert Engine(model, num_blocks=8, block_size=16).attention == "torch"
+    with pytest.raises(ValueError, match="'auto', 'triton' or 'torch'"):
+        Engine(model, num_blocks=8, block_size=16, attention="cuda")
+
+
+def test_launchers_refuse_bad_input_with_clear_errors():
+    (k_pool, v_pool), tables, lens_t, _ = paged_pools([20], 2, (32, 32), 16)
+    q = torch.randn(1, 4, 32)
+    cases = [
+        (lambda: paged_decode(q[0], k_pool, v_pool, tables, lens_t), "need q \\(B, H, D\\)"),
+        (lambda: paged_decode(torch.randn(1, 3, 32), k_pool, v_pool, tables, lens_t), "multiple of n_kv_heads"),
+        (lambda: paged_decode(q, k_pool[:, :8], v_pool[:, :8], tables, lens_t), "power of two >= 16"),
+        (lambda: paged_decode(q, k_pool, v_pool, tables, torch.tensor([33])), "context_lens must be in 1..32"),
+        (lambda: paged_decode(q, k_pool, v_pool, tables, torch.tensor([0])), "context_lens must be in 1..32"),
+        (lambda: paged_decode(q, k_pool.transpose(2, 3), v_pool, tables, lens_t), "need q|contiguous last"),
+        (lambda: paged_mla_decode(q, q[..., :16], k_pool, v_pool[..., :16], tables, lens_t, 1.0), "one shared latent"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+def test_the_gpu_benchmark_script_runs_at_tiny_sizes_in_the_interpreter(capsys):
+    """bench/gpu_paged.py is prepared here and run on a GPU: --smoke runs all of its code paths at tiny sizes."""
+    from bench import gpu_paged
+    assert gpu_paged.main(["--smoke"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count(" ok") == 5 and "FAILED" not in printed and "4/4 requests give the same tokens" in printed
