@@ -50,6 +50,13 @@ def seconds(fn, device: torch.device) -> float:
     return statistics.median(times)
 
 
+def fastest(call, device: torch.device) -> tuple[str, float]:
+    """(launch options, seconds) of the fastest of LAUNCH_CONFIGS for call(**options); the first one on a CPU."""
+    configs = LAUNCH_CONFIGS if device.type == "cuda" else LAUNCH_CONFIGS[:1]
+    times = {str(config): seconds(lambda: call(**config), device) for config in configs}
+    return min(times.items(), key=lambda item: item[1])
+
+
 def paged_batch(batch: int, context: int, heads: int, dims: tuple[int, ...], block_size: int, dtype, device,
                 seed: int = 0, mixed: bool = False, nan_fill: bool = False):
     """Pools of shuffled blocks holding `batch` sequences of `context` tokens (or random lengths up to it); with
@@ -172,11 +179,8 @@ def bench_gqa(device, dtype, quick: bool) -> list[str]:
         (k_pool, v_pool), tables, lens = paged_batch(batch, context, n_kv_heads, (d, d), block_size, dtype, device)
         q = torch.randn(batch, n_kv_heads * group, d, device=device).to(dtype)
         kv_bytes = 2 * batch * context * n_kv_heads * d * k_pool.element_size()
-        times = {}
-        for config in (LAUNCH_CONFIGS if device.type == "cuda" else LAUNCH_CONFIGS[:1]):
-            times[str(config)] = seconds(lambda: paged_decode(q, k_pool, v_pool, tables, lens, check_lengths=False,
-                                                              **config), device)
-        config, t = min(times.items(), key=lambda item: item[1])
+        config, t = fastest(lambda **options: paged_decode(q, k_pool, v_pool, tables, lens, check_lengths=False,
+                                                           **options), device)
         k, v = gather_paged(k_pool, tables, lens), gather_paged(v_pool, tables, lens)
         t_sdpa = seconds(lambda: sdpa_decode(q, k, v), device)
         t_gather = seconds(lambda: paged_attention(q[:, :, None], k_pool, v_pool, tables, lens), device)
@@ -210,11 +214,8 @@ def bench_mla(device, dtype, quick: bool) -> list[str]:
         q_rope = torch.randn(batch, n_heads, d_r, device=device).to(dtype) / 8
         latent_bytes = batch * context * (d_c + d_r) * c_pool.element_size()
         flops = batch * context * n_heads * (2 * (d_c + d_r) + 2 * d_c)
-        times = {}
-        for config in (LAUNCH_CONFIGS if device.type == "cuda" else LAUNCH_CONFIGS[:1]):
-            times[str(config)] = seconds(lambda: paged_mla_decode(q_latent, q_rope, c_pool, r_pool, tables, lens,
-                                                                  0.07, check_lengths=False, **config), device)
-        config, t = min(times.items(), key=lambda item: item[1])
+        config, t = fastest(lambda **options: paged_mla_decode(q_latent, q_rope, c_pool, r_pool, tables, lens, 0.07,
+                                                               check_lengths=False, **options), device)
         share = latent_bytes / t / peak if peak else float("nan")
         best_share = max(best_share, share) if peak else best_share
         lines.append(f"B {batch:3d}, context {context:5d}: latent {latent_bytes / 1e9:5.2f} GB | kernel "

@@ -142,13 +142,32 @@ from attnlab.serve import main
 main(["--max-new-tokens", "24", "--num-blocks", "8"])
 """
 
+KERNELS = """
+import torch
+import attnlab.kernels.paged_decode
+assert attnlab.kernels.paged_decode.__file__.startswith(EXPORTED), attnlab.kernels.paged_decode.__file__
+from attnlab.decoding.generation import generate
+from attnlab.models.llama import Llama, LlamaConfig
+from attnlab.serving.engine import Engine
+torch.manual_seed(0)
+model = Llama(LlamaConfig(vocab_size=64, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, n_layers=2,
+                          max_seq_len=96)).eval()
+prompts = [[1, 2, 3], list(range(5, 30)), [7] * 9]
+engine = Engine(model, num_blocks=4, block_size=16, attention="triton")
+ids = [engine.add_request(p, 24)[0] for p in prompts]
+outputs = engine.run()
+alone = [generate(model, torch.tensor([p]), 24).tokens[0, len(p):].tolist() for p in prompts]
+print("decode attention:", engine.attention, "| equal to generate:", all(outputs[i] == a for i, a in zip(ids, alone)),
+      "| preemptions:", engine.stats.preemptions)
+"""
+
 
 def test_students_own_llama_chats_with_smollm2(tmp_path):
     """Every chapter filled in as a student would, exported: `make chat ATTNLAB=_student` (attnlab.chat on that
     package alone) loads SmolLM2's real weights into the student's Llama and answers; the student's chapter 8
     pieces decode the same model rewritten as MLA, from its latent cache with absorbed attention; and chapter 9's
     engine (`make engine ATTNLAB=_student`) serves the demo's eight requests on the student's paged cache, in a
-    pool small enough that some are preempted."""
+    pool small enough that some are preempted; and with chapter 10's kernels it decodes on the student's Triton."""
     from coursekit.sync import chapter_notebooks
     chapters = [nb.parent.name for nb in chapter_notebooks()]
     assert "ch07_llama_gqa" in chapters
@@ -166,3 +185,10 @@ def test_students_own_llama_chats_with_smollm2(tmp_path):
     assert "Paris" in run.stdout and "8 requests" in run.stdout, run.stdout
     preempted = int(run.stdout.rsplit(" preemptions", 1)[0].rsplit(" ", 1)[1])
     assert preempted > 0, run.stdout
+    # Chapter 10: the same engine decodes with the student's own Triton kernels (in the interpreter here).
+    kernels = f"EXPORTED = {str(out)!r}\n" + KERNELS
+    run = subprocess.run([sys.executable, "-P", "-c", kernels], cwd=tmp_path, env={**env, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert "decode attention: triton | equal to generate: True | preemptions:" in run.stdout, run.stdout
+    assert not run.stdout.strip().endswith("preemptions: 0"), run.stdout
