@@ -24,7 +24,9 @@ from attnlab.kernels.paged_decode import paged_decode
 from attnlab.kernels.paged_mla import paged_mla_decode
 from attnlab.serving.paged_kv import gather_paged, paged_attention
 
-PEAK_BYTES_PER_S = {"H200": 4.8e12, "H100": 3.35e12, "H800": 3.35e12, "A100": 2.0e12, "L40S": 0.864e12}
+# HBM peaks by device name, the more specific names first (an H100 PCIe card has less than an SXM one).
+PEAK_BYTES_PER_S = [("H200", 4.8e12), ("H100 PCIe", 2.0e12), ("H100 NVL", 3.9e12), ("H100", 3.35e12),
+                    ("H800", 3.35e12), ("A100-SXM4-40GB", 1.555e12), ("A100", 2.0e12), ("L40S", 0.864e12)]
 LAUNCH_CONFIGS = [{"num_warps": 4, "num_stages": 2}, {"num_warps": 4, "num_stages": 3},
                   {"num_warps": 8, "num_stages": 3}]
 
@@ -33,7 +35,7 @@ def peak_bandwidth(device: torch.device) -> float | None:
     if device.type != "cuda":
         return None
     name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_BYTES_PER_S.items() if key in name), None)
+    return next((peak for key, peak in PEAK_BYTES_PER_S if key in name), None)
 
 
 def seconds(fn, device: torch.device) -> float:

@@ -125,6 +125,7 @@ def test_every_kernel_compiles_for_hopper():
     binaries += compile_paged_decode([(4, 16, 128)], pool_dtype="fp16")
     binaries += compile_paged_mla_decode([(64, 512, 64), (16, 32, 16)])
     assert len(binaries) == 11 and all(b.cubin_bytes > 0 and b.ptx_lines > 0 for b in binaries)
+    assert all(0 < b.shared_bytes <= 227 * 1024 for b in binaries), "each must fit a Hopper program's shared memory"
 
 
 @triton.jit
@@ -190,6 +191,47 @@ def test_the_engine_on_the_kernels_equals_generating_each_request_alone(make_mod
     assert engine.stats.decode_tokens > 0
     # The model is unchanged for use without the engine: its layers fall back to torch outside a paged step.
     assert [generate(model, torch.tensor([p]), n).tokens[0, len(p):].tolist() for p, n in reqs] == alone
+
+
+def test_a_second_engine_on_the_same_model_replaces_the_first_ones_kernels():
+    from attnlab.kernels.backend import PagedDecode
+    model = tiny_llama()
+    original = model.layers[0].attn.attention_fn
+    Engine(model, num_blocks=8, block_size=16, attention="triton")
+    second = Engine(model, num_blocks=8, block_size=16, attention="triton")
+    wrapper = model.layers[0].attn.attention_fn
+    assert isinstance(wrapper, PagedDecode) and wrapper.cache is second.caches[0] and wrapper.fallback is original
+
+
+def test_paged_mla_decode_reads_blocks_past_element_2_to_the_31():
+    buffer = torch.empty(2 ** 32 + 2 ** 21, dtype=torch.uint8)
+    base, row = 2 ** 31 + 2 ** 20, 16 * 48
+    num_blocks = (buffer.numel() - base) // row
+    pool = buffer[base:base + num_blocks * row].view(num_blocks, 16, 1, 48)
+    assert (num_blocks - 1) * pool.stride(0) >= 2 ** 31
+    g = torch.Generator().manual_seed(2)
+    pool[1] = torch.randint(1, 100, (16, 1, 48), generator=g, dtype=torch.uint8)
+    pool[num_blocks - 1] = torch.randint(1, 100, (16, 1, 48), generator=g, dtype=torch.uint8)
+    q = torch.randn(1, 5, 48, generator=g) / 64
+    z = paged_mla_decode(q[..., :32], q[..., 32:], pool[..., :32], pool[..., 32:],
+                         torch.tensor([[1, num_blocks - 1]], dtype=torch.int32), torch.tensor([29]), 0.3)
+    latent = torch.cat([pool[1], pool[num_blocks - 1]])[:29, 0].float()[None, None]
+    want = F.scaled_dot_product_attention(q[:, :, None], latent, latent[..., :32], scale=0.3, enable_gqa=True)
+    torch.testing.assert_close(z, want[:, :, 0], rtol=1e-4, atol=1e-4)
+
+
+def test_kernels_never_write_past_the_heads_they_own():
+    """Outputs followed by spare NaN rows: the tiles' padding rows (a group of 3 padded to 16, 20 heads in tiles of
+    16) stay unwritten."""
+    (k_pool, v_pool), tables, lens_t, _ = paged_pools([9, 30], 2, (32, 32), 16)
+    guarded = torch.full((2, 6 + 16, 32), float("nan"))
+    paged_decode(torch.randn(2, 6, 32), k_pool, v_pool, tables, lens_t, out=guarded[:, :6])
+    assert not guarded[:, :6].isnan().any() and guarded[:, 6:].isnan().all()
+    (c_pool, r_pool), tables, lens_t, _ = paged_pools([9, 30], 1, (32, 16), 16)
+    guarded = torch.full((2, 20 + 16, 32), float("nan"))
+    paged_mla_decode(torch.randn(2, 20, 32), torch.randn(2, 20, 16), c_pool, r_pool, tables, lens_t, 0.2,
+                     out=guarded[:, :20])
+    assert not guarded[:, :20].isnan().any() and guarded[:, 20:].isnan().all()
 
 
 def test_the_engine_picks_torch_on_a_cpu_and_refuses_an_unknown_choice():

@@ -77,11 +77,12 @@ def install_decode_kernels(model, caches: list[PagedCache]) -> int:
             if c.n_rope_heads != 1 or not _fits_kernel(block_size, c.kv_lora_rank, c.qk_rope_head_dim):
                 continue
             fallback = attn.attention_fn or (absorbed_latent_attention if attn.absorb else naive_latent_attention)
-            attn.attention_fn = PagedMLADecode(cache, fallback)
+            attn.attention_fn = PagedMLADecode(cache, getattr(fallback, "fallback", fallback))
         else:
             if not _fits_kernel(block_size, attn.d_head):
                 continue
-            attn.attention_fn = PagedDecode(cache, attn.attention_fn)
+            # A model served by an earlier engine holds that engine's wrapper: replace it, never stack another.
+            attn.attention_fn = PagedDecode(cache, getattr(attn.attention_fn, "fallback", attn.attention_fn))
         cache.kernel_reads_pool = True
         installed += 1
     return installed

@@ -35,11 +35,15 @@ module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 kernel = getattr(module, job["name"])
 results = []
+# What a launch tells the compiler about arguments divisible by 16 (aligned pointers, strides): it then pipelines
+# the loads, and the shared memory it needs is what the GPU would need.
+attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names) if name in job["divisible"]}
 for constexprs in job["constexprs"]:
     types = {name: "constexpr" if name in constexprs else job["signature"][name] for name in kernel.arg_names}
     try:
-        compiled = triton.compile(ASTSource(kernel, types, constexprs), target=GPUTarget("cuda", 90, 32))
-        results.append({"ptx_lines": compiled.asm["ptx"].count(chr(10)), "cubin_bytes": len(compiled.asm["cubin"])})
+        compiled = triton.compile(ASTSource(kernel, types, constexprs, attrs=attrs), target=GPUTarget("cuda", 90, 32))
+        results.append({"ptx_lines": compiled.asm["ptx"].count(chr(10)), "cubin_bytes": len(compiled.asm["cubin"]),
+                        "shared_bytes": compiled.metadata.shared})
     except Exception as exc:
         results.append({"error": type(exc).__name__ + ": " + str(exc)})
 print(json.dumps(results))
@@ -50,11 +54,15 @@ class KernelCompileError(ValueError):
     """A kernel that Triton's compiler rejects, though the interpreter may run it."""
 
 
+HOPPER_SHARED_BYTES = 227 * 1024     # the most shared memory one program may use on an H100 or H200
+
+
 @dataclass(frozen=True)
 class HopperBinary:
     constexprs: dict
     ptx_lines: int           # the PTX: the GPU's assembly language
     cubin_bytes: int         # the cubin: sm_90 machine code, what a GPU loads
+    shared_bytes: int        # shared memory one program needs
 
 
 def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> None:
@@ -91,10 +99,12 @@ def kernel_source(kernel) -> str:
     return "\n\n".join(["import triton", "import triton.language as tl", *parts]) + "\n"
 
 
-def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[str, int]]) -> list[HopperBinary]:
+def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[str, int]],
+                       divisible: tuple[str, ...] = ()) -> list[HopperBinary]:
     """Compile a @triton.jit kernel ahead of time for Hopper (compute capability 9.0: H100, H200) on any machine,
     with no GPU, once per set of compile-time constants. signature: each runtime argument's type, such as "*bf16"
-    or "i32". Raises KernelCompileError, with the compiler's message, if a variant fails."""
+    or "i32"; divisible: the arguments a launch would find divisible by 16. Raises KernelCompileError, with the
+    compiler's message, if a variant fails or needs more shared memory than a Hopper GPU has."""
     missing = [name for name in kernel.arg_names if name not in signature and name not in constexprs[0]]
     if missing:
         raise ValueError(f"{kernel.fn.__name__}: no type given for {missing}")
@@ -103,7 +113,7 @@ def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[
         path.write_text(kernel_source(kernel), encoding="utf-8")
         env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(Path(folder, "cache"))}
         job = json.dumps({"path": str(path), "name": kernel.fn.__name__, "signature": signature,
-                          "constexprs": constexprs})
+                          "constexprs": constexprs, "divisible": list(divisible)})
         done = subprocess.run([sys.executable, "-c", _COMPILE], input=job, capture_output=True, text=True,
                               env=env, timeout=300)
     if done.returncode != 0:
@@ -113,5 +123,8 @@ def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[
         if "error" in result:
             raise KernelCompileError(f"{kernel.fn.__name__} with {variant} does not compile for Hopper (sm_90), "
                                      f"though the interpreter may run it:\n{result['error']}")
-        binaries.append(HopperBinary(variant, result["ptx_lines"], result["cubin_bytes"]))
+        if result["shared_bytes"] > HOPPER_SHARED_BYTES:
+            raise KernelCompileError(f"{kernel.fn.__name__} with {variant} needs {result['shared_bytes']} bytes of "
+                                     f"shared memory; a Hopper GPU gives one program {HOPPER_SHARED_BYTES}")
+        binaries.append(HopperBinary(variant, result["ptx_lines"], result["cubin_bytes"], result["shared_bytes"]))
     return binaries

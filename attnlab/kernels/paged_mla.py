@@ -14,29 +14,30 @@ import triton
 import triton.language as tl
 
 from attnlab.kernels.hopper import HopperBinary, compile_for_hopper, launch
-from attnlab.kernels.paged_decode import _check_pools
+from attnlab.kernels.paged_decode import _check_pools, _output
 
 
 # cell 'paged_mla_decode_kernel'
 @triton.jit
 def paged_mla_decode_kernel(out_ptr, q_latent_ptr, q_rope_ptr, c_kv_pool_ptr, k_rope_pool_ptr, block_tables_ptr,
                             context_lens_ptr, scale, n_heads,
-                            stride_qb, stride_qh, stride_rb, stride_rh, stride_ob, stride_oh, stride_tb,
-                            stride_cb, stride_cs, stride_kb, stride_ks,
+                            stride_qb, stride_qh, stride_qrb, stride_qrh, stride_ob, stride_oh, stride_tb,
+                            stride_cb, stride_cs, stride_rb, stride_rs,
                             BLOCK_H: tl.constexpr, BLOCK_SIZE: tl.constexpr, D_LATENT: tl.constexpr,
                             D_ROPE: tl.constexpr):
-    # Program (b, j): sequence b at query heads j * BLOCK_H ... q_latent, out: (B, H, D_LATENT); q_rope: (B, H,
-    # D_ROPE); c_kv_pool: (num_blocks, BLOCK_SIZE, 1, D_LATENT) and k_rope_pool: (num_blocks, BLOCK_SIZE, 1,
-    # D_ROPE), each with its own strides; block_tables: (B, max_blocks) int32; context_lens: (B,) int32.
-    b = tl.program_id(0)
-    h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    # Program (j, b): query heads j * BLOCK_H ... of sequence b. q_latent, out: (B, H, D_LATENT), strides stride_q*
+    # and stride_o*; q_rope: (B, H, D_ROPE), strides stride_qr*; c_kv_pool: (num_blocks, BLOCK_SIZE, 1, D_LATENT),
+    # strides stride_c*; k_rope_pool: (num_blocks, BLOCK_SIZE, 1, D_ROPE), strides stride_r*; block_tables:
+    # (B, max_blocks) int32; context_lens: (B,) int32.
+    b = tl.program_id(1)
+    h = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_range = h < n_heads
     c = tl.arange(0, D_LATENT)
     r = tl.arange(0, D_ROPE)
     s = tl.arange(0, BLOCK_SIZE)
     q_c = tl.load(q_latent_ptr + b * stride_qb + h[:, None] * stride_qh + c[None, :], mask=in_range[:, None],
                   other=0.0).to(tl.float32)                             # (BLOCK_H, D_LATENT)
-    q_r = tl.load(q_rope_ptr + b * stride_rb + h[:, None] * stride_rh + r[None, :], mask=in_range[:, None],
+    q_r = tl.load(q_rope_ptr + b * stride_qrb + h[:, None] * stride_qrh + r[None, :], mask=in_range[:, None],
                   other=0.0).to(tl.float32)                             # (BLOCK_H, D_ROPE)
     length = tl.load(context_lens_ptr + b)
     m = tl.full((BLOCK_H,), float("-inf"), tl.float32)
@@ -47,7 +48,7 @@ def paged_mla_decode_kernel(out_ptr, q_latent_ptr, q_rope_ptr, c_kv_pool_ptr, k_
         real = i * BLOCK_SIZE + s < length
         latent = tl.load(c_kv_pool_ptr + block * stride_cb + s[:, None] * stride_cs + c[None, :],
                          mask=real[:, None], other=0.0).to(tl.float32)  # (BLOCK_SIZE, D_LATENT): key and value
-        k_r = tl.load(k_rope_pool_ptr + block * stride_kb + s[:, None] * stride_ks + r[None, :],
+        k_r = tl.load(k_rope_pool_ptr + block * stride_rb + s[:, None] * stride_rs + r[None, :],
                       mask=real[:, None], other=0.0).to(tl.float32)     # (BLOCK_SIZE, D_ROPE)
         scores = (tl.dot(q_c, tl.trans(latent)) + tl.dot(q_r, tl.trans(k_r))) * scale      # (BLOCK_H, BLOCK_SIZE)
         scores = tl.where(real[None, :], scores, float("-inf"))
@@ -67,14 +68,14 @@ MLA_BLOCK_H = 16          # query heads per program: the rows of each tl.dot
 
 def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: torch.Tensor,
                      k_rope_pool: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                     check_lengths: bool = True, **launch_options) -> torch.Tensor:
+                     check_lengths: bool = True, out: torch.Tensor | None = None, **launch_options) -> torch.Tensor:
     """Absorbed MLA decoding on a paged latent cache with paged_mla_decode_kernel.
 
     q_latent: (B, H, d_c), each head's query with W_UK absorbed; q_rope: (B, H, d_r); c_kv_pool: (num_blocks,
     block_size, 1, d_c) and k_rope_pool: (num_blocks, block_size, 1, d_r), possibly views of one
     (num_blocks, block_size, 1, d_c + d_r) buffer; block_tables (B, max_blocks); context_lens (B,) >= 1.
     Returns (B, H, d_c) in q_latent's dtype: each head's softmax-weighted latent, for W_UV to expand.
-    launch_options (num_warps, num_stages) go to Triton on a GPU."""
+    out: a float32 (B, H, d_c) to write into; launch_options (num_warps, num_stages) go to Triton on a GPU."""
     if q_latent.dim() != 3 or q_rope.shape[:2] != q_latent.shape[:2]:
         raise ValueError(f"need q_latent (B, H, d_c) and q_rope (B, H, d_r), got {tuple(q_latent.shape)} and "
                          f"{tuple(q_rope.shape)}")
@@ -90,11 +91,11 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
     _check_pools("paged_mla_decode", [c_kv_pool, k_rope_pool], block_tables, context_lens, batch, q_latent.device,
                  check_lengths)
     q_latent, q_rope = q_latent.contiguous(), q_rope.contiguous()
-    out = torch.empty(batch, n_heads, d_c, dtype=torch.float32, device=q_latent.device)
+    out = _output(out, (batch, n_heads, d_c), q_latent.device)
     tables = block_tables.to(device=q_latent.device, dtype=torch.int32).contiguous()
     lens = context_lens.to(device=q_latent.device, dtype=torch.int32).contiguous()
     launch(
-        paged_mla_decode_kernel, (batch, triton.cdiv(n_heads, MLA_BLOCK_H)), out, q_latent, q_rope, c_kv_pool, k_rope_pool, tables, lens, scale, n_heads,
+        paged_mla_decode_kernel, (triton.cdiv(n_heads, MLA_BLOCK_H), batch), out, q_latent, q_rope, c_kv_pool, k_rope_pool, tables, lens, scale, n_heads,
         q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1), out.stride(0), out.stride(1),
         tables.stride(0), c_kv_pool.stride(0), c_kv_pool.stride(1), k_rope_pool.stride(0), k_rope_pool.stride(1),
         BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r, **launch_options)
@@ -111,4 +112,6 @@ def compile_paged_mla_decode(variants: list[tuple[int, int, int]], pool_dtype: s
                       "block_tables_ptr": "*i32", "context_lens_ptr": "*i32", "scale": "fp32"})
     constexprs = [{"BLOCK_H": MLA_BLOCK_H, "BLOCK_SIZE": block_size, "D_LATENT": d_c, "D_ROPE": d_r}
                   for block_size, d_c, d_r in variants]
-    return compile_for_hopper(paged_mla_decode_kernel, signature, constexprs)
+    divisible = tuple(name for name in signature                    # a block table's row length may be anything
+                      if name.endswith("_ptr") or name.startswith("stride") and name != "stride_tb")
+    return compile_for_hopper(paged_mla_decode_kernel, signature, constexprs, divisible)

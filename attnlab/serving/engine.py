@@ -12,6 +12,7 @@ from attnlab.decoding.generation import LanguageModel
 from attnlab.decoding.sampling import next_token
 from attnlab.serving.block_manager import BlockManager, Sequence
 from attnlab.serving.paged_cache import PagedCache, StepLayout
+from attnlab.serving.paged_kv import gather_paged
 from attnlab.serving.scheduler import Step, schedule
 
 
@@ -86,6 +87,8 @@ class Engine:
                                   torch.zeros(num_blocks, block_size, v_heads, v_dim, **pool))
                        for _ in range(self.config.n_layers)]
         self.attention = choose_decode_attention(attention, model, self.caches)
+        # Each slot's own number, as a pool: gathering it gives the slots a step reads (StepLayout.read_slots).
+        self._slot_ids = torch.arange(num_blocks * block_size, device=self.device).view(num_blocks, block_size, 1, 1)
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.sampling: dict[int, Sampling] = {}
@@ -207,10 +210,11 @@ class Engine:
                 self.manager.allocator.check_held(block_id)     # a table must never point at a free block
             token_ids[row, t_new - len(seq.new_slots):] = torch.tensor(seq.token_ids[-len(seq.new_slots):])
             block_tables[row, :len(seq.block_table)] = torch.tensor(seq.block_table)
-        layout = StepLayout(block_tables.to(self.device), torch.tensor([seq.num_cached for seq in seqs],
-                                                                      device=self.device),
-                            new_lens.to(self.device),
-                            torch.tensor([slot for seq in seqs for slot in seq.new_slots], device=self.device))
+        block_tables = block_tables.to(self.device)
+        context_lens = torch.tensor([seq.num_cached for seq in seqs], device=self.device)
+        layout = StepLayout(block_tables, context_lens, new_lens.to(self.device),
+                            torch.tensor([slot for seq in seqs for slot in seq.new_slots], device=self.device),
+                            gather_paged(self._slot_ids, block_tables, context_lens)[:, 0, :, 0])
         for cache in self.caches:
             cache.layout = layout
         if plan.kind == "prefill":

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnlab.serving.paged_kv import gather_paged, write_paged
+from attnlab.serving.paged_kv import write_paged
 
 
 # cell 'paged_cache'
@@ -16,31 +16,33 @@ class StepLayout:
     Row b has new_lens[b] new tokens (its whole uncached prompt in a prefill, 1 when decoding) and
     context_lens[b] tokens in all once they are written. Rows are left-padded, as in chapter 5: the model's
     token_ids are (B, t_new) with row b's new tokens last, and keys and values come back as (B, H_kv, S, D),
-    S = max(context_lens), with row b's last."""
+    S = max(context_lens), with row b's last.
+
+    Every layer reads the same slots, so they are found once a step: `read_slots` is your gather_paged run on
+    a pool that holds each slot's own number. Padding columns read slot 0: the attention mask gives them a
+    weight of exactly 0, and the engine's pools hold only finite numbers, so whatever is there adds nothing."""
 
     block_tables: torch.Tensor        # (B, max_blocks) int64
     context_lens: torch.Tensor        # (B,)
     new_lens: torch.Tensor            # (B,)
     slot_mapping: torch.Tensor        # (N,): the slots of the N = sum(new_lens) new tokens, row by row
+    read_slots: torch.Tensor          # (B, S): the slot of each row's column, S = max(context_lens)
 
-    @property
-    def t_new(self) -> int:
-        return int(self.new_lens.max())
-
-    @property
-    def past(self) -> int:
-        """The cache length the model sees: columns before the new ones."""
-        return int(self.context_lens.max()) - self.t_new
+    def __post_init__(self):
+        self.t_new = int(self.new_lens.max())
+        self.past = int(self.context_lens.max()) - self.t_new    # the cache length the model sees
+        s = self.past + self.t_new
+        self.real = torch.arange(s, device=self.context_lens.device)[None, :] >= (s - self.context_lens)[:, None]
+        self.new_real = (torch.arange(self.t_new, device=self.new_lens.device)[None, :]
+                         >= (self.t_new - self.new_lens)[:, None])
 
     def attention_mask(self) -> torch.Tensor:
         """(B, past + t_new), True at each row's real tokens."""
-        s = self.past + self.t_new
-        return torch.arange(s, device=self.context_lens.device)[None, :] >= (s - self.context_lens)[:, None]
+        return self.real
 
     def new_token_mask(self) -> torch.Tensor:
         """(B, t_new), True at each row's real new tokens."""
-        return (torch.arange(self.t_new, device=self.new_lens.device)[None, :]
-                >= (self.t_new - self.new_lens)[:, None])
+        return self.new_real
 
 
 class PagedCache:
@@ -77,8 +79,9 @@ class PagedCache:
         if self.kernel_reads_pool and layout.t_new == 1:
             self.pool_ready = True
             return k, v
-        return (gather_paged(self.k_pool, layout.block_tables, layout.context_lens),
-                gather_paged(self.v_pool, layout.block_tables, layout.context_lens))
+        n_heads, d_k, d_v = self.k_pool.shape[2], self.k_pool.shape[3], self.v_pool.shape[3]
+        return (self.k_pool.view(-1, n_heads, d_k)[layout.read_slots].transpose(1, 2),      # (B, H_kv, S, D)
+                self.v_pool.view(-1, self.v_pool.shape[2], d_v)[layout.read_slots].transpose(1, 2))
 
     def reset(self) -> None:
         self.layout, self.pool_ready = None, False

@@ -34,12 +34,16 @@ def _decode_inputs(g):
             "far_q": torch.randn(1, 2, 64, generator=g) / 64}
 
 
+# Both probes write into outputs followed by 16 spare rows, which a kernel that stores its padding rows spoils.
 # A pool of one-byte elements whose last block starts past element 2^31, so that block * stride needs int64. Only
 # two blocks are written: the rest of the 4 GiB is address space the system never backs with memory.
 DECODE_CODE = '''
 import torch
-result = [paged_decode(inputs["q"], inputs["k_pool"], inputs["v_pool"], inputs["block_tables"], inputs["context_lens"]),
-          torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_decode([(4, 16, 64)])))])]
+guarded = torch.full((4, 8 + 16, 32), float("nan"))             # 16 spare rows after the 8 heads: never written
+result = [paged_decode(inputs["q"], inputs["k_pool"], inputs["v_pool"], inputs["block_tables"], inputs["context_lens"],
+                       out=guarded[:, :8]),
+          torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_decode([(4, 16, 64)])))]),
+          torch.tensor([float(guarded[:, 8:].isnan().all())])]
 buffer = torch.empty(2**32 + 2**21, dtype=torch.uint8)
 base = 2**31 + 2**20
 num_blocks = (buffer.numel() - base) // (16 * 64)
@@ -56,7 +60,7 @@ def _decode_reference(i):
     z = paged_attention(i["q"][:, :, None], i["k_pool"], i["v_pool"], i["block_tables"], i["context_lens"])
     far = i["far_blocks"].reshape(32, 1, 64)[:27].float().transpose(0, 1)[None]      # (1, 1, 27, 64)
     far_z = F.scaled_dot_product_attention(i["far_q"][:, :, None], far, far, enable_gqa=True)[:, :, 0]
-    return z[:, :, 0], torch.ones(1), far_z
+    return z[:, :, 0], torch.ones(1), torch.ones(1), far_z
 
 
 def _mla_inputs(g):
@@ -64,16 +68,28 @@ def _mla_inputs(g):
     (c_pool, r_pool), tables = _pools(g, lens, 1, (32, 16))
     return {"q_latent": torch.randn(3, 5, 32, generator=g), "q_rope": torch.randn(3, 5, 16, generator=g),
             "c_kv_pool": c_pool, "k_rope_pool": r_pool, "block_tables": tables,
-            "context_lens": torch.tensor(lens, dtype=torch.int32)}
+            "context_lens": torch.tensor(lens, dtype=torch.int32),
+            "far_blocks": torch.randint(1, 100, (2, 16, 1, 48), generator=g, dtype=torch.uint8),
+            "far_q": torch.randn(1, 3, 48, generator=g) / 64}
 
 
 MLA_SCALE = 0.17
 
 MLA_CODE = f'''
 import torch
+guarded = torch.full((3, 5 + 16, 32), float("nan"))
 result = [paged_mla_decode(inputs["q_latent"], inputs["q_rope"], inputs["c_kv_pool"], inputs["k_rope_pool"],
-                           inputs["block_tables"], inputs["context_lens"], {MLA_SCALE}),
-          torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_mla_decode([(16, 32, 16)])))])]
+                           inputs["block_tables"], inputs["context_lens"], {MLA_SCALE}, out=guarded[:, :5]),
+          torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_mla_decode([(16, 32, 16)])))]),
+          torch.tensor([float(guarded[:, 5:].isnan().all())])]
+buffer = torch.empty(2**32 + 2**21, dtype=torch.uint8)
+base, row = 2**31 + 2**20, 16 * 48
+num_blocks = (buffer.numel() - base) // row
+pool = buffer[base:base + num_blocks * row].view(num_blocks, 16, 1, 48)
+pool[6], pool[num_blocks - 1] = inputs["far_blocks"][0], inputs["far_blocks"][1]
+result.append(paged_mla_decode(inputs["far_q"][..., :32], inputs["far_q"][..., 32:], pool[..., :32], pool[..., 32:],
+                               torch.tensor([[6, num_blocks - 1]], dtype=torch.int32), torch.tensor([23]), {MLA_SCALE}))
+del buffer, pool
 '''
 
 
@@ -86,7 +102,10 @@ def _mla_reference(i):
     q = torch.cat([i["q_latent"], i["q_rope"]], -1)[:, :, None]                    # (B, H, 1, d_c + d_r)
     z = F.scaled_dot_product_attention(q, torch.cat([c_kv, k_rope], -1), c_kv, attn_mask=real[:, None, None, :],
                                        scale=MLA_SCALE, enable_gqa=True)
-    return z[:, :, 0], torch.ones(1)
+    far = i["far_blocks"].reshape(32, 48)[:23].float()[None, None]                   # (1, 1, 23, d_c + d_r)
+    far_z = F.scaled_dot_product_attention(i["far_q"][:, :, None], far, far[..., :32], scale=MLA_SCALE,
+                                           enable_gqa=True)[:, :, 0]
+    return z[:, :, 0], torch.ones(1), torch.ones(1), far_z
 
 
 PROBES = {
