@@ -5,7 +5,10 @@ References: chapter 9's gather (attnlab.serving.paged_kv.paged_attention), torch
 chapter 8's absorbed and naive latent attention, and generate() on the same models for the engine."""
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -258,9 +261,10 @@ def test_launchers_refuse_bad_input_with_clear_errors():
             call()
 
 
-def test_the_gpu_benchmark_script_runs_at_tiny_sizes_in_the_interpreter(capsys):
+def test_the_gpu_benchmark_script_runs_at_tiny_sizes_in_the_interpreter(repo):
     """bench/gpu_paged.py is prepared here and run on a GPU: --smoke runs all of its code paths at tiny sizes."""
-    from bench import gpu_paged
-    assert gpu_paged.main(["--smoke"]) == 0
-    printed = capsys.readouterr().out
-    assert printed.count(" ok") == 5 and "FAILED" not in printed and "4/4 requests give the same tokens" in printed
+    run = subprocess.run([sys.executable, "-m", "bench.gpu_paged", "--smoke"], cwd=repo, capture_output=True, text=True,
+                         env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert run.stdout.count(" ok") == 5 and "FAILED" not in run.stdout, run.stdout
+    assert "4/4 requests give the same tokens" in run.stdout, run.stdout
