@@ -10,7 +10,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.decoding.generation
         Generation, LanguageModel, generate [5]
     attnlab.decoding.layout
-        DecodingLinear, fused_grouped_query_attention, prepare_for_decoding [7]
+        DecodingLinear, SPLIT_MAX_ROWS, fused_grouped_query_attention, prepare_for_decoding [7]
     attnlab.decoding.sampling
         filter_logits, next_token [5]
     attnlab.decoding.streaming

@@ -9,6 +9,7 @@ import time
 import warnings
 from pathlib import Path
 
+from bench.timing import GRADING_ENV
 from coursekit.layout import REPO_ROOT as REPO
 from tests.hostile_cases import cases, hidden_lines
 from tests.submissions import known_wrong, released, submission, write
@@ -20,7 +21,7 @@ HOSTILE_CELL_TIMEOUT_S = 10     # the slow cases cost a few cell timeouts each: 
 def _class_run(workspace: Path, workers: int, extra: list[str] = ()) -> tuple[list[dict], float]:
     start = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "autograde", "class", A, "--workspace", str(workspace),
-                          "--workers", str(workers), "--json", *extra], cwd=REPO, capture_output=True, text=True,
+                          "--workers", str(workers), "--json", *extra], cwd=REPO, env=GRADING_ENV, capture_output=True, text=True,
                          check=True)
     return json.loads(run.stdout), time.perf_counter() - start
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import nbformat
 
+from bench.timing import GRADING_ENV
 from coursekit.layout import REPO_ROOT as REPO
 from tests.submissions import released, submission
 
@@ -25,10 +26,10 @@ def run(n_each: int = 3) -> list[str]:
                 files.append(str(path))
         # A first run records the assignment in the gradebook; only the grading itself is timed below.
         subprocess.run([sys.executable, "-m", "autograde", "grade", ASSIGNMENT, files[0], "--workspace", f"{tmp}/ws"],
-                       cwd=REPO, check=True, capture_output=True)
+                       cwd=REPO, env=GRADING_ENV, check=True, capture_output=True)
         start = time.perf_counter()
         subprocess.run([sys.executable, "-m", "autograde", "grade", ASSIGNMENT, *files, "--workspace", f"{tmp}/ws"],
-                       cwd=REPO, check=True, capture_output=True)
+                       cwd=REPO, env=GRADING_ENV, check=True, capture_output=True)
         seconds = time.perf_counter() - start
     return [f"autograde {ASSIGNMENT}: {len(files)} submissions in {seconds:.1f} s, "
             f"{seconds / len(files):.1f} s per submission (one at a time, including the CLI start)"]

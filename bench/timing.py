@@ -1,9 +1,13 @@
 """Side-by-side timing: ratios of medians measured in one run, with the candidates interleaved."""
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Callable
+
+# make grade's environment: OpenMP threads that sleep at once, so that parallel graders do not spin on each other.
+GRADING_ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def medians(candidates: dict[str, Callable[[], object]], repeats: int = 30, warmup: int = 3) -> dict[str, float]:

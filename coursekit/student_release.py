@@ -81,7 +81,7 @@ export: $(STAMP)
 \t$(PY) -m coursekit.export
 
 chat: $(STAMP)
-\tPYTHONPATH=_student $(PY) -P -m attnlab.chat
+\tPYTHONPATH=_student env -u OMP_WAIT_POLICY $(PY) -P -m attnlab.chat    # awake threads decode faster
 """
 
 README = """# Attention, from QKV to PagedAttention: your copy of the course
