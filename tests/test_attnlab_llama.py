@@ -123,7 +123,15 @@ def test_smollm2_answers_on_attnlab(smollm2):
 def test_prepared_for_decoding_smollm2_is_the_same_model_in_the_same_memory(smollm2):
     """prepare_for_decoding changes how the weights lie in memory, not what the model computes."""
     model, metadata, tokenizer = smollm2
-    assert torch.get_num_threads() >= 2, "run with 2 threads or more, so that the split products are the ones checked"
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)            # so that the products split between threads are the ones checked
+    try:
+        _check_prepared_smollm2(model, tokenizer)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_prepared_smollm2(model: Llama, tokenizer) -> None:
     fast = prepare_for_decoding(copy.deepcopy(model))
     fused = prepare_for_decoding(copy.deepcopy(model), fused_attention=True)
     assert fast.lm_head.stored.shape == (576, 49152) and fast.layers[0].feed_forward.w_down.stored.shape == (1536, 576)
