@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load, save_file
 
 from autograde import sandbox
-from autograde.rechecks import compare, probes_for, reference_outputs
+from autograde.rechecks import compare, fresh_inputs, probes_for, reference_outputs
 from autograde.untrusted import UntrustedFileError, read_bytes
 
 MAGIC = re.compile(r"^\s*[%!]")
@@ -78,7 +78,7 @@ def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, packag
         return {}
     # A fresh secret seed: the inputs cannot be known, or their answers prepared, in advance.
     generator = torch.Generator().manual_seed(secrets.randbits(63))
-    inputs = {name: probe.inputs(generator) for name, probe in probes.items()}
+    inputs = fresh_inputs(probes, generator)
     cells = student_cells(notebook)
     wall_s = recheck_wall_s(cell_timeout_s, notebook_s)
     skipped: dict[int, str] = {}          # position in `cells` -> why the re-check left it out

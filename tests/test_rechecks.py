@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from autograde.recheck import student_code_cells
 from autograde.sandbox import GRADING_ENV
-from autograde.rechecks import compare, probes_for, reference_outputs
+from autograde.rechecks import compare, fresh_inputs, probes_for, reference_outputs
 from coursekit.sync import chapter_notebooks
 from tests.submissions import REPO, known_wrong, submission
 
@@ -27,7 +27,7 @@ def verdicts(assignment: str, replace: dict[str, str] | None = None, seed: int =
     """The re-check as the grader runs it, minus the sandbox: autograde/sandbox_runner.py in a subprocess."""
     probes = probes_for(assignment)
     generator = torch.Generator().manual_seed(seed)
-    inputs = {name: probe.inputs(generator) for name, probe in probes.items()}
+    inputs = fresh_inputs(probes, generator)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for data in (REPO / "exercises" / assignment).iterdir():       # the notebook's data files, as in grading
@@ -127,3 +127,29 @@ def test_references_agree_when_computed_by_concurrent_grading_threads(assignment
             together = list(pool.map(lambda _: reference_outputs(probe, inputs), range(8)))
         for outputs in together:
             assert all(torch.equal(a, b) for a, b in zip(outputs, alone)), f"{name}'s reference changed under threads"
+
+
+@pytest.mark.parametrize("assignment", ["ch05_decoding", "ch06_decoder", "ch07_llama_gqa"])
+def test_references_agree_while_other_threads_draw_inputs(assignment):
+    """Some inputs seed torch's global generator to draw a module's weights. While one grading thread computes
+    a seeded reference, another draws the next student's inputs: unguarded, the draw reseeded the reference's
+    build halfway and an honest cell was flagged (it happened in a full test run, chapter 6's transformer)."""
+    probes = probes_for(assignment)
+    inputs = fresh_inputs(probes, torch.Generator().manual_seed(0))
+    alone = {name: reference_outputs(probe, inputs[name]) for name, probe in probes.items()}
+
+    def reference(name: str):
+        return name, reference_outputs(probes[name], inputs[name])
+
+    def draw(seed: int):
+        return fresh_inputs(probes, torch.Generator().manual_seed(seed))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        jobs = [pool.submit(reference, name) for _ in range(12) for name in probes]
+        draws = [pool.submit(draw, seed) for seed in range(1, 25)]
+        together = [job.result() for job in jobs]
+        for job in draws:
+            job.result()
+    for name, outputs in together:
+        assert all(torch.equal(a, b) for a, b in zip(outputs, alone[name])), \
+            f"{name}'s reference changed while another thread drew inputs"

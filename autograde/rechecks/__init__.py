@@ -36,9 +36,16 @@ def probes_for(assignment: str) -> dict[str, Probe]:
 
 
 # Some references seed torch's global generator and build a model from it, exactly as their probe does in the
-# sandbox. The class grader computes references in several threads at once, and two seeded builds interleaved
-# draw each other's numbers: the reference comes out wrong and an honest cell is flagged. So one at a time.
+# sandbox; some inputs do the same to draw a module's weights. The class grader draws inputs and computes
+# references in several threads at once, and a seeding interleaved with a seeded build hands the build another's
+# numbers: the reference comes out wrong and an honest cell is flagged. So whatever touches it, one at a time.
 _GLOBAL_RNG = threading.Lock()
+
+
+def fresh_inputs(probes: dict[str, Probe], generator: torch.Generator) -> dict[str, dict[str, torch.Tensor]]:
+    """{probe: its inputs}, drawn from `generator`. Safe to call from concurrent grading threads."""
+    with _GLOBAL_RNG:
+        return {name: probe.inputs(generator) for name, probe in probes.items()}
 
 
 def reference_outputs(probe: Probe, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
