@@ -14,6 +14,7 @@ from attnlab.decoding.generation import generate
 from attnlab.decoding.layout import prepare_for_decoding
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.weights.gguf import load_llama_gguf
+from bench.timing import medians
 from tests.llama_reference import transformers_twin
 
 NEW_TOKENS = 32
@@ -78,23 +79,31 @@ def _against_transformers(model: Llama) -> list[str]:
 
 
 def _mha_gqa_mqa() -> list[str]:
-    """Decoding 16 tokens after a 4,096-token cache, d_model 512 with 8 heads of 64, 4 layers."""
-    lines = []
+    """One decoding step after a 4,096-token cache, d_model 512 with 8 heads of 64, 4 layers, for 8, 2 and 1 KV
+    heads: the three models step in interleaved rounds (the same step again each time), medians compared."""
     context = 4096
-    for n_kv_heads, name in ((8, "MHA"), (2, "GQA 4:1"), (1, "MQA")):
-        torch.manual_seed(0)
-        model = Llama(LlamaConfig(vocab_size=1000, d_model=512, n_heads=8, n_kv_heads=n_kv_heads, d_ff=1376,
-                                  n_layers=4, max_seq_len=context + 32)).eval()
-        caches = model.new_caches(1, context + 32)
-        with torch.no_grad():
-            model(torch.randint(0, 1000, (1, context)), caches=caches)                # fill the cache
-            token = torch.randint(0, 1000, (1, 1))
-            start = time.perf_counter()
-            for _ in range(16):
-                model(token, caches=caches)
-            rate = 16 / (time.perf_counter() - start)
-        per_token = sum(c.nbytes for c in caches) // (context + 32)
-        lines.append(f"{name:8s} (n_kv_heads {n_kv_heads}): {rate:6.1f} tok/s at {context} cached tokens, "
+    variants = {"MHA": 8, "GQA 4:1": 2, "MQA": 1}
+    models, caches = {}, {}
+    token = torch.randint(0, 1000, (1, 1), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for name, n_kv_heads in variants.items():
+            torch.manual_seed(0)
+            models[name] = Llama(LlamaConfig(vocab_size=1000, d_model=512, n_heads=8, n_kv_heads=n_kv_heads,
+                                             d_ff=1376, n_layers=4, max_seq_len=context + 1)).eval()
+            caches[name] = models[name].new_caches(1, context + 1)
+            models[name](torch.randint(0, 1000, (1, context)), caches=caches[name])     # fill the cache
+
+        def step(name: str) -> None:
+            for cache in caches[name]:
+                cache.length = context                                                # decode the same step again
+            models[name](token, caches=caches[name])
+
+        seconds = medians({name: (lambda name=name: step(name)) for name in variants}, repeats=30)
+    lines = []
+    for name, n_kv_heads in variants.items():
+        per_token = sum(c.nbytes for c in caches[name]) // (context + 1)
+        lines.append(f"{name:8s} (n_kv_heads {n_kv_heads}): {1 / seconds[name]:6.1f} tok/s at {context} cached "
+                     f"tokens ({seconds['MHA'] / seconds[name]:.2f}x MHA's rate, median of 30 interleaved steps), "
                      f"cache {per_token:,} B per token ({per_token * context / 2**20:.0f} MiB at {context})")
     return lines
 
