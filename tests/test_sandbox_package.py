@@ -2,6 +2,8 @@
 modules, which may grow over several chapters), and not one line of the chapter itself or of a later one."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from autograde.grading import Course
@@ -18,9 +20,10 @@ def _package(assignment: str, tmp_path) -> dict[str, str]:
     return {str(p.relative_to(course.package)): p.read_text() for p in course.package.rglob("*.py")}
 
 
-def _modules() -> set[str]:
+@functools.cache      # assembling the package takes a fraction of a second, and a test asks for each name it checks
+def _modules() -> frozenset[str]:
     """Every module of the reference attnlab, dotted."""
-    return {rel[: -len(".py")].replace("/", ".") for rel in reference_package()}
+    return frozenset(rel[: -len(".py")].replace("/", ".") for rel in reference_package())
 
 
 def _defined(modules: dict[str, str]) -> set[str]:
