@@ -66,27 +66,29 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.models.llama
         LlamaConfig, LlamaBlock, Llama [7]
     attnlab.models.mla
-        MLAConfig, mla_config_from_deepseek, MLABlock, MLAModel [8]
+        MLAConfig, mla_config_from_deepseek, MLAModel [8]
     attnlab.serve
         DEMO_PROMPTS, main [9]
     attnlab.serving.block_allocator
         OutOfBlocks, BlockAllocator [9]
     attnlab.serving.block_manager
-        BlockManager, Sequence [9]
+        BlockManager [9]
     attnlab.serving.block_table
         append_slot, slot_mapping [9]
     attnlab.serving.copy_on_write
         copy_on_write, fork [9]
     attnlab.serving.engine
-        Engine, EngineStats, Sampling, choose_decode_attention, pool_shapes [9]
+        Engine, EngineStats, choose_decode_kernel, new_paged_caches [9]
     attnlab.serving.paged_cache
-        PagedCache, StepLayout [9]
+        PagedCache, PagedLatentCache, PrefillChunk, StepMetadata, build_step [9]
     attnlab.serving.paged_kv
         write_paged, gather_paged, paged_attention [9]
     attnlab.serving.prefix_cache
         block_hash, cache_full_blocks, match_prefix [9]
     attnlab.serving.scheduler
-        Step, schedule [9]
+        Scheduler, SchedulerOutput [9]
+    attnlab.serving.sequence
+        SamplingParams, Sequence [9]
     attnlab.translator.corpus
         ADJECTIVES, HELD_OUT_NUMBER_NOUN, HELD_OUT_SUBJECT_VERB, NOUNS, NUMBERS, SUBJECTS, Sentence,
         VERBS, make_sentences, make_splits [6]

@@ -12,8 +12,8 @@ def beam_search(model: nn.Module, source_ids: torch.Tensor, beam_size: int = 4, 
     """Translate ONE sentence, source_ids (1, S). Returns the best hypothesis's tokens, without <bos>/<eos>."""
     if source_ids.dim() != 2 or source_ids.shape[0] != 1:
         raise ValueError(f"beam_search translates one sentence: source_ids must be (1, S), got {tuple(source_ids.shape)}")
-    if beam_size < 1:
-        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if beam_size < 1 or max_len < 1:
+        raise ValueError(f"beam_size and max_len must be >= 1, got {beam_size} and {max_len}")
 
     def average(hypothesis: tuple[list[int], float]) -> float:
         tokens, log_prob = hypothesis

@@ -61,7 +61,10 @@ def fused_grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Ten
 def prepare_for_decoding(model: nn.Module, fused_attention: bool = False) -> nn.Module:
     """Make model faster to decode on a CPU, in place, with the same logits up to float32 rounding: every
     nn.Linear becomes a DecodingLinear (an embedding tied to one stays tied, sharing its memory), and with
-    fused_attention every GroupedQueryAttention takes torch's fused kernel instead of your softmax and matmuls."""
+    fused_attention every GroupedQueryAttention takes torch's fused kernel instead of your softmax and matmuls.
+    A model on a GPU is left as it is: splitting thin products between CPU cores is a CPU's problem."""
+    if next(model.parameters()).device.type != "cpu":
+        return model
     linears = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
                if isinstance(child, nn.Linear)]
     for parent, name, linear in linears:

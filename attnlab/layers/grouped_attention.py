@@ -74,7 +74,8 @@ class GroupedQueryAttention(nn.Module):
         v = split_heads(self.w_v(x), self.n_kv_heads)
         q = self.rope_fn(q, positions, self.rope_theta)
         k = self.rope_fn(k, positions, self.rope_theta)
-        if cache is not None:
-            k, v = cache.append(k, v)                               # (B, H_kv, past + t_new, D)
-        z, _ = self.attention_fn(q, k, v, mask)                     # (B, H, t_new, D)
+        if cache is None:
+            z, _ = self.attention_fn(q, k, v, mask)                 # (B, H, t_new, D)
+        else:   # the cache stores k and v, then attends over every cached position (chapter 5's Cache.attend)
+            z = cache.attend(q, k, v, mask, self.attention_fn)      # (B, H, t_new, D)
         return self.w_o(merge_heads(z))

@@ -21,6 +21,13 @@ class Cache(Protocol):
         """Forget every position."""
         ...
 
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               attention_fn) -> torch.Tensor:
+        """Store the new tokens' k and v, then attend over every cached position: the one place where attention
+        meets a cache. A contiguous cache hands what append returns to attention_fn; chapter 9's paged cache
+        reads its pool, one sequence's blocks at a time, or with a GPU kernel (chapter 10)."""
+        ...
+
     @property
     def nbytes(self) -> int:
         """The memory it holds, in bytes."""
@@ -68,6 +75,13 @@ class KVCache:
     def reset(self) -> None:
         self.length = 0
 
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+               attention_fn) -> torch.Tensor:
+        """The new tokens' q (B, H, t_new, D) and k, v (B, H_kv, t_new, D): append k and v, then
+        attention_fn(q, every cached k, every cached v, mask) -> (z, weights). Returns z (B, H, t_new, D)."""
+        k, v = self.append(k, v)
+        return attention_fn(q, k, v, mask)[0]
+
 
 # cell 'latent_cache'
 class LatentCache:
@@ -111,3 +125,10 @@ class LatentCache:
 
     def reset(self) -> None:
         self.length = 0
+
+    def attend(self, q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
+               w_ukv: torch.Tensor, v_head_dim: int, mask: torch.Tensor | None, attention_fn) -> torch.Tensor:
+        """Chapter 5's Cache.attend for MLA: append the new c_kv and k_rope, then attention_fn (naive or absorbed
+        latent attention) over every cached position. Returns z (B, H, t_new, d_v)."""
+        c_kv, k_rope = self.append(c_kv, k_rope)
+        return attention_fn(q_nope, q_rope, c_kv, k_rope, w_ukv, v_head_dim, mask)

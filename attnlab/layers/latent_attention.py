@@ -130,8 +130,6 @@ class MultiHeadLatentAttention(nn.Module):
         super().__init__()
         c = self.config = config
         self.absorb = absorb
-        # The serving engine may put a paged decode kernel here (chapter 10); None keeps absorb's choice.
-        self.attention_fn = None
         q_out = c.n_heads * c.qk_head_dim
         if c.q_lora_rank is None:
             self.w_q = nn.Linear(c.d_model, q_out, bias=False)
@@ -157,8 +155,9 @@ class MultiHeadLatentAttention(nn.Module):
         q = q.view(batch, t, c.n_heads, c.qk_head_dim).transpose(1, 2)            # (B, H, t_new, d_h + d_h^R)
         c_kv, k_rope = latent_kv(x, self.w_dkv, self.kv_norm, c.kv_lora_rank, c.qk_rope_head_dim)
         q_nope, q_rope, k_rope = decoupled_rope(q, k_rope, positions, c.qk_nope_head_dim, c.rope_theta)
-        if cache is not None:
-            c_kv, k_rope = cache.append(c_kv, k_rope)                             # (B, ., past + t_new, .)
-        attend = self.attention_fn or (absorbed_latent_attention if self.absorb else naive_latent_attention)
-        z = attend(q_nope, q_rope, c_kv, k_rope, self.w_ukv.weight, c.v_head_dim, mask)   # (B, H, t_new, d_v)
+        attend = absorbed_latent_attention if self.absorb else naive_latent_attention
+        if cache is None:
+            z = attend(q_nope, q_rope, c_kv, k_rope, self.w_ukv.weight, c.v_head_dim, mask)   # (B, H, t_new, d_v)
+        else:   # the cache stores c_kv and k_rope, then attends over every cached position
+            z = cache.attend(q_nope, q_rope, c_kv, k_rope, self.w_ukv.weight, c.v_head_dim, mask, attend)
         return self.w_o(merge_heads(z))

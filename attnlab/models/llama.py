@@ -41,6 +41,11 @@ class LlamaConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
+    def attention(self) -> nn.Module:
+        """The attention of a LlamaBlock under this config: grouped-query attention with RoPE (chapter 8's
+        MLAConfig gives multi-head latent attention, in the same block)."""
+        return GroupedQueryAttention(self.d_model, self.n_heads, self.n_kv_heads, self.rope_theta)
+
 
 # cell 'llama_block'
 class LlamaBlock(nn.Module):
@@ -49,7 +54,7 @@ class LlamaBlock(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.norm1 = RMSNorm(config.d_model, config.eps)
-        self.attn = GroupedQueryAttention(config.d_model, config.n_heads, config.n_kv_heads, config.rope_theta)
+        self.attn = config.attention()            # grouped-query attention here; MLA under chapter 8's MLAConfig
         self.norm2 = RMSNorm(config.d_model, config.eps)
         self.feed_forward = SwiGLU(config.d_model, config.d_ff)
 
@@ -87,12 +92,23 @@ class Llama(nn.Module):
         return [KVCache(batch_size, c.n_kv_heads, max_len, c.d_head, dtype, device) for _ in range(c.n_layers)]
 
     def forward(self, token_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                caches: list[Cache] | None = None) -> torch.Tensor:
-        past, positions = decoder_inputs(token_ids, attention_mask, caches, self.config, len(self.layers))
+                caches: list[Cache] | None = None, positions: torch.Tensor | None = None,
+                logits_at: torch.Tensor | None = None) -> torch.Tensor:
+        """Chapter 5's interface, with two arguments for chapter 9's packed steps, whose one row holds the new
+        tokens of many sequences. positions: (1, N), each token's position in its sequence; the paged caches know
+        which token is whose and attend per sequence, so no mask is built. logits_at: (R,) the tokens whose
+        logits are wanted (each sequence's last), -> (1, R, vocab): a 49,152-word output layer for every token
+        of a prompt would cost more than the rest of the model."""
+        if positions is None:
+            past, positions = decoder_inputs(token_ids, attention_mask, caches, self.config, len(self.layers))
+            mask = decoder_self_attention_mask(token_ids.shape[1], past, attention_mask, device=token_ids.device)
+            if token_ids.shape[1] == 1 and mask.all():
+                mask = None     # one new token that may see every cached position: no layer has anything to mask
+        else:
+            mask = None
         x = self.token(token_ids)                                                      # (B, t_new, d_model)
-        mask = decoder_self_attention_mask(token_ids.shape[1], past, attention_mask, device=token_ids.device)
-        if token_ids.shape[1] == 1 and mask.all():
-            mask = None         # one new token that may see every cached position: no layer has anything to mask
         for i, layer in enumerate(self.layers):
             x = layer(x, mask, positions, None if caches is None else caches[i])
+        if logits_at is not None:
+            x = x[:, logits_at]
         return self.lm_head(self.final_norm(x))                                        # (B, t_new, vocab)

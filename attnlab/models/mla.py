@@ -3,14 +3,11 @@
 
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
-from attnlab.layers.feedforward import SwiGLU
 from attnlab.layers.kv_cache import Cache
 from attnlab.layers.kv_cache import LatentCache
 from attnlab.layers.latent_attention import MultiHeadLatentAttention
-from attnlab.layers.norm import RMSNorm
 from attnlab.models.llama import Llama
 
 
@@ -50,6 +47,10 @@ class MLAConfig:
             raise ValueError(f"n_heads = {self.n_heads} query heads do not divide into n_rope_heads = "
                              f"{self.n_rope_heads} rotary key heads")
 
+    def attention(self) -> nn.Module:
+        """The attention of chapter 7's LlamaBlock under this config: multi-head latent attention."""
+        return MultiHeadLatentAttention(self)
+
     @property
     def qk_head_dim(self) -> int:
         """d_h + d_h^R: the length of each head's query and key, and what the scores are scaled by."""
@@ -57,14 +58,20 @@ class MLAConfig:
 
 
 def mla_config_from_deepseek(config: dict, max_seq_len: int | None = None) -> MLAConfig:
-    """The MLAConfig of a DeepSeek-V2/V3 config.json (a dict); a ValueError for one with mixture-of-experts layers,
-    which this course does not build."""
+    """The MLAConfig of a DeepSeek-V2/V3 config.json (a dict); a ValueError for what MLAConfig does not model:
+    mixture-of-experts layers, YaRN, rotate-half rotary pairs (rope_interleave false) and attention biases."""
     n_layers = int(config["num_hidden_layers"])
     dense_layers = int(config.get("first_k_dense_replace", n_layers))
     if config.get("n_routed_experts") and dense_layers < n_layers:
         raise ValueError(f"layers {dense_layers}..{n_layers - 1} of this config are mixture-of-experts layers "
                          f"(n_routed_experts = {config['n_routed_experts']}); MLAConfig describes dense models only: "
                          "set first_k_dense_replace to num_hidden_layers")
+    if not config.get("rope_interleave", True):
+        raise ValueError("this config rotates rotate-half pairs (rope_interleave = false); MLAConfig's decoupled RoPE "
+                         "rotates DeepSeek's interleaved pairs (2i, 2i + 1): set rope_interleave to true")
+    if config.get("attention_bias", False):
+        raise ValueError("this config adds biases to its attention projections (attention_bias = true); "
+                         "MLAConfig's projections have none: set attention_bias to false")
     rope = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta", 10000.0)}
     scaling = config.get("rope_scaling") or (rope if rope.get("rope_type", "default") != "default" else None)
     if scaling:
@@ -81,28 +88,12 @@ def mla_config_from_deepseek(config: dict, max_seq_len: int | None = None) -> ML
 
 
 # cell 'mla_model'
-class MLABlock(nn.Module):
-    """Chapter 7's pre-norm block with multi-head latent attention: DeepSeek-V3's dense layers."""
-
-    def __init__(self, config: MLAConfig):
-        super().__init__()
-        self.norm1 = RMSNorm(config.d_model, config.eps)
-        self.attn = MultiHeadLatentAttention(config)
-        self.norm2 = RMSNorm(config.d_model, config.eps)
-        self.feed_forward = SwiGLU(config.d_model, config.d_ff)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-                cache: Cache | None = None) -> torch.Tensor:
-        """x: (B, t_new, d_model) -> (B, t_new, d_model)."""
-        x = x + self.attn(self.norm1(x), mask, positions, cache)
-        return x + self.feed_forward(self.norm2(x))
-
-
 class MLAModel(Llama):
-    """Chapter 7's decoder-only model with MLA blocks and latent caches; the same forward, and the same generate()."""
+    """Chapter 7's decoder-only model and block, whose attention MLAConfig.attention() makes multi-head latent
+    attention; latent caches; the same forward, and the same generate()."""
 
     def __init__(self, config: MLAConfig):
-        super().__init__(config, block_class=MLABlock)
+        super().__init__(config)
 
     def absorbed(self, absorb: bool = True) -> "MLAModel":
         """Switch every layer between naive (False) and absorbed (True) attention; the same numbers either way."""

@@ -5,95 +5,89 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from attnlab.decoding.generation import LanguageModel
 from attnlab.decoding.sampling import next_token
-from attnlab.serving.block_manager import BlockManager, Sequence
-from attnlab.serving.paged_cache import PagedCache, StepLayout
-from attnlab.serving.paged_kv import gather_paged
-from attnlab.serving.scheduler import Step, schedule
+from attnlab.serving.block_manager import BlockManager
+from attnlab.serving.paged_cache import PagedCache, PagedLatentCache, build_step
+from attnlab.serving.scheduler import Scheduler, SchedulerOutput
+from attnlab.serving.sequence import SamplingParams, Sequence
 
 
 # cell 'engine'
-def pool_shapes(config) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(heads, dims) of what each token stores per layer, in the keys' slot and the values' slot: K and V of
-    n_kv_heads for a Llama-style model (chapter 7), the latent c_kv and the rotary key for MLA (chapter 8)."""
+def new_paged_caches(config, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
+                     decode_kernel: Callable | None = None, validate: bool = False) -> list[PagedCache]:
+    """One paged cache per layer: K and V pools of n_kv_heads heads for a Llama-style model (chapter 7); the latent
+    c_kv and the rotary key for MLA (chapter 8)."""
     if hasattr(config, "kv_lora_rank"):
-        return (1, config.kv_lora_rank), (config.n_rope_heads, config.qk_rope_head_dim)
-    return (config.n_kv_heads, config.d_head), (config.n_kv_heads, config.d_head)
+        shapes, cache_class = ((1, config.kv_lora_rank), (config.n_rope_heads, config.qk_rope_head_dim)), PagedLatentCache
+    else:
+        shapes, cache_class = ((config.n_kv_heads, config.d_head),) * 2, PagedCache
+    (k_heads, k_dim), (v_heads, v_dim) = shapes
+    pool = dict(dtype=dtype, device=device)
+    return [cache_class(torch.zeros(num_blocks, block_size, k_heads, k_dim, **pool),
+                        torch.zeros(num_blocks, block_size, v_heads, v_dim, **pool), decode_kernel, validate)
+            for _ in range(config.n_layers)]
 
 
-@dataclass
-class Sampling:
-    temperature: float = 0.0              # 0: greedy
-    top_p: float | None = None
-    generator: torch.Generator | None = None
+def choose_decode_kernel(choice: str, config, block_size: int, device: torch.device,
+                         validate: bool = False) -> Callable | None:
+    """The one place that picks how decode tokens attend: None for torch's attention on keys gathered from the
+    pool ("torch"), or chapter 10's Triton kernel ("triton"), which reads the pool where it lies. "auto": the
+    kernel on a CUDA GPU when the shapes fit it, torch otherwise. The kernels live in attnlab.kernels, which
+    knows nothing of the engine; it is imported only when chosen."""
+    if choice not in ("auto", "triton", "torch"):
+        raise ValueError(f"attention must be 'auto', 'triton' or 'torch', got {choice!r}")
+    latent = hasattr(config, "kv_lora_rank")
+    dims = (block_size, config.kv_lora_rank, config.qk_rope_head_dim) if latent else (block_size, config.d_head)
+    fits = all(d >= 16 and not d & (d - 1) for d in dims) and (not latent or config.n_rope_heads == 1)
+    if choice == "auto":
+        choice = "triton" if device.type == "cuda" and fits else "torch"
+    if choice == "torch":
+        return None
+    if not fits:
+        raise ValueError(f"the Triton kernels need block_size and head dims that are powers of two >= 16 (and one "
+                         f"rotary key head for MLA); got {dims}: use attention='torch'")
+    if latent:
+        from attnlab.kernels.paged_mla import paged_mla_decode
+        return partial(paged_mla_decode, check_lengths=validate)
+    from attnlab.kernels.paged_decode import paged_decode
+    return partial(paged_decode, check_lengths=validate)
 
 
 @dataclass
 class EngineStats:
     steps: int = 0
-    prefill_tokens: int = 0               # tokens whose keys and values a prefill computed (prefix hits excluded)
+    prefill_tokens: int = 0               # prompt tokens computed (prefix hits excluded), recomputation included
     decode_tokens: int = 0
     preemptions: int = 0
     peak_blocks: int = 0                  # the most blocks held at once
     seconds: float = 0.0
 
 
-def choose_decode_attention(choice: str, model: LanguageModel, caches: list[PagedCache]) -> str:
-    """The one place that picks how the engine attends in decode steps. "triton": chapter 10's paged kernels read
-    the pool directly; "torch": each sequence's keys and values are gathered for chapter 7's attention; "auto":
-    triton on a CUDA GPU, else torch. Returns the choice made."""
-    if choice not in ("auto", "triton", "torch"):
-        raise ValueError(f"attention must be 'auto', 'triton' or 'torch', got {choice!r}")
-    on_gpu = next(model.parameters()).device.type == "cuda"
-    if choice == "auto":
-        choice = "triton" if on_gpu else "torch"
-    if choice == "triton":
-        try:
-            from attnlab.kernels.backend import install_decode_kernels      # chapter 10: imported only when used
-        except ImportError as exc:
-            if on_gpu:
-                print(f"attnlab.kernels cannot be imported ({exc}): the engine attends with torch")
-                return "torch"
-            raise
-        install_decode_kernels(model, caches)
-    return choice
-
-
 class Engine:
-    """Continuous batching on a paged KV cache: requests join and leave between steps while others decode.
+    """Continuous batching with chunked prefill on a paged KV cache: requests join and leave between steps, and
+    each step is one forward pass over every scheduled token, decodes and prefill chunks packed together.
 
-    Works with any model of the LanguageModel interface whose caches follow chapter 5's Cache interface: each
-    layer gets a PagedCache over its own (num_blocks, block_size, heads, dims) pools."""
+    Works with chapter 7's Llama and chapter 8's MLAModel: their layers call cache.attend, and the engine gives
+    them paged caches. validate=True checks slots and lengths in every layer, which reads them back (slower)."""
 
     def __init__(self, model: LanguageModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 32,
-                 max_num_batched_tokens: int = 4096, prefix_caching: bool = True, preemption: bool = True,
-                 attention: str = "auto"):
-        if max_num_seqs < 1 or max_num_batched_tokens < 1:
-            raise ValueError(f"max_num_seqs and max_num_batched_tokens must be >= 1, got {max_num_seqs} and "
-                             f"{max_num_batched_tokens}")
+                 max_num_batched_tokens: int = 512, prefix_caching: bool = True, preemption: bool = True,
+                 attention: str = "auto", validate: bool = False):
         self.model, self.config = model, model.config
         self.manager = BlockManager(num_blocks, block_size, prefix_caching)
-        self.max_num_seqs, self.max_num_batched_tokens, self.preemption = (max_num_seqs, max_num_batched_tokens,
-                                                                           preemption)
+        self.scheduler = Scheduler(self.manager, max_num_seqs, max_num_batched_tokens, preemption)
         weight = next(model.parameters())
         self.device = weight.device
-        (k_heads, k_dim), (v_heads, v_dim) = pool_shapes(self.config)
-        pool = dict(dtype=weight.dtype, device=self.device)
-        self.caches = [PagedCache(torch.zeros(num_blocks, block_size, k_heads, k_dim, **pool),
-                                  torch.zeros(num_blocks, block_size, v_heads, v_dim, **pool))
-                       for _ in range(self.config.n_layers)]
-        self.attention = choose_decode_attention(attention, model, self.caches)
-        # Each slot's own number, as a pool: gathering it gives the slots a step reads (StepLayout.read_slots).
-        self._slot_ids = torch.arange(num_blocks * block_size, device=self.device).view(num_blocks, block_size, 1, 1)
-        self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []
-        self.sampling: dict[int, Sampling] = {}
+        kernel = choose_decode_kernel(attention, self.config, block_size, self.device, validate)
+        self.attention = "torch" if kernel is None else "triton"
+        self.caches = new_paged_caches(self.config, num_blocks, block_size, weight.dtype, self.device, kernel,
+                                       validate)
         self.finished: dict[int, Sequence] = {}
-        self.forks: dict[int, list[Sequence]] = {}     # a parallel-sampling request's other samples, until prefill
         self.stats = EngineStats()
         self._next_id = 0
 
@@ -101,13 +95,21 @@ class Engine:
     def pool_nbytes(self) -> int:
         return sum(cache.nbytes for cache in self.caches)
 
-    def add_request(self, prompt_ids: list[int], max_new_tokens: int, eos_id: int | None = None, n: int = 1,
+    @property
+    def waiting(self) -> deque[Sequence]:
+        return self.scheduler.waiting
+
+    @property
+    def running(self) -> list[Sequence]:
+        return self.scheduler.running
+
+    def add_request(self, prompt_ids: list[int], max_new_tokens: int = 16, eos_id: int | None = None, n: int = 1,
                     temperature: float = 0.0, top_p: float | None = None, seed: int = 0) -> list[int]:
         """Queue a prompt; n > 1 samples n continuations that share the prompt's blocks. Returns their ids."""
+        params = SamplingParams(max_new_tokens, eos_id, temperature, top_p, n, seed)
         prompt_ids = [int(t) for t in prompt_ids]
-        if not prompt_ids or max_new_tokens < 1 or n < 1:
-            raise ValueError(f"need a non-empty prompt, max_new_tokens >= 1 and n >= 1; got {len(prompt_ids)} "
-                             f"tokens, max_new_tokens = {max_new_tokens}, n = {n}")
+        if not prompt_ids:
+            raise ValueError("the prompt is empty: give at least one token")
         if min(prompt_ids) < 0 or max(prompt_ids) >= self.config.vocab_size:
             raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}")
         total = len(prompt_ids) + max_new_tokens
@@ -117,76 +119,31 @@ class Engine:
         if self.manager.blocks_for(total) > self.manager.allocator.num_blocks:
             raise ValueError(f"{total} tokens need {self.manager.blocks_for(total)} blocks of "
                              f"{self.manager.block_size}; the pool has {self.manager.allocator.num_blocks}")
-        if n > 1 and temperature == 0:
-            raise ValueError("n > 1 samples need temperature > 0: greedy samples would all be the same")
-        seqs = []
-        for i in range(n):
-            seq = Sequence(self._next_id, list(prompt_ids), len(prompt_ids), max_new_tokens, eos_id)
-            generator = torch.Generator().manual_seed(seed + i) if temperature > 0 else None
-            self.sampling[seq.seq_id] = Sampling(temperature, top_p, generator)
-            self._next_id += 1
-            seqs.append(seq)
-        self.waiting.append(seqs[0])
-        if n > 1:
-            self.forks[seqs[0].seq_id] = seqs[1:]
+        seqs = [Sequence(self._next_id + i, prompt_ids, params, sample=i) for i in range(n)]
+        seqs[0].forks = seqs[1:]
+        self.scheduler.add(seqs[0])
+        self._next_id += n
         return [seq.seq_id for seq in seqs]
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return self.scheduler.has_unfinished()
 
     def step(self) -> list[tuple[int, int]]:
-        """One iteration: schedule, run the model once on every scheduled sequence, sample. Returns the
-        (sequence id, token) pairs generated."""
-        started = time.perf_counter()
-        plan = schedule(self.waiting, self.running, self.manager, self.max_num_seqs, self.max_num_batched_tokens,
-                        self.preemption)
-        self.stats.preemptions += len(plan.preempted)
+        """One iteration. Returns the (sequence id, token) pairs it generated."""
+        batch = self.scheduler.schedule()
         self._copy_blocks()
-        logits = torch.cat([self._forward(Step(plan.kind, group)) for group in self._groups(plan)]).cpu()  # (B, V)
-        held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
-        self.stats.peak_blocks = max(self.stats.peak_blocks, held)
-        emitted = []
-        for row, seq in enumerate(plan.seqs):
-            for sample in [seq] + (self.forks.pop(seq.seq_id, []) if plan.kind == "prefill" else []):
-                if sample is not seq:                                     # a parallel sample: shares seq's blocks
-                    self.manager.fork(seq, sample)
-                    self.running.append(sample)
-                params = self.sampling[sample.seq_id]
-                token = int(next_token(logits[row:row + 1], params.temperature, None, params.top_p,
-                                       params.generator))
-                sample.token_ids.append(token)
-                emitted.append((sample.seq_id, token))
-        for seq in list(self.running):
-            self.manager.cache_blocks(seq)
-            if seq.finished:
-                self.manager.free(seq)
-                self.running.remove(seq)
-                self.finished[seq.seq_id] = seq
-        self.stats.steps += 1
-        self.stats.seconds += time.perf_counter() - started
-        return emitted
+        logits = self._forward(batch)
+        return self._postprocess(batch, logits)
 
     def run(self, on_step: Callable[["Engine", list[tuple[int, int]]], None] | None = None) -> dict[int, list[int]]:
         """Step until every request is finished; {sequence id: its generated tokens}."""
         while self.has_unfinished():
+            started = time.perf_counter()
             emitted = self.step()
+            self.stats.seconds += time.perf_counter() - started
             if on_step is not None:
                 on_step(self, emitted)
         return {i: seq.token_ids[seq.prompt_len:] for i, seq in sorted(self.finished.items())}
-
-    @staticmethod
-    def _groups(plan: Step) -> list[list[Sequence]]:
-        """The step's rows in forward passes. A batch is padded to its longest row, so prompts of very different
-        lengths (say, one whose prefix was cached) are split, in admission order: a prompt's blocks entered in
-        the prefix cache are then computed before another prompt reads them."""
-        groups: list[list[Sequence]] = []
-        for seq in plan.seqs:
-            lengths = [len(s.new_slots) for s in (groups[-1] if groups else [])] + [len(seq.new_slots)]
-            if groups and max(lengths) * len(lengths) <= 1.5 * sum(lengths):     # padding adds at most half
-                groups[-1].append(seq)
-            else:
-                groups.append([seq])
-        return groups
 
     def _copy_blocks(self) -> None:
         """Copy-on-write: the block contents the manager promised, in every layer, before anything is written."""
@@ -197,28 +154,40 @@ class Engine:
         self.manager.copies.clear()
 
     @torch.no_grad()
-    def _forward(self, plan: Step) -> torch.Tensor:
-        """The model on these rows' new tokens, left-padded: (B, t_new) -> the last real position's logits."""
-        seqs = plan.seqs
-        new_lens = torch.tensor([len(seq.new_slots) for seq in seqs])
-        t_new = int(new_lens.max())
-        token_ids = torch.zeros(len(seqs), t_new, dtype=torch.long)
-        max_blocks = max(len(seq.block_table) for seq in seqs)
-        block_tables = torch.zeros(len(seqs), max_blocks, dtype=torch.long)
-        for row, seq in enumerate(seqs):
-            for block_id in seq.block_table:
-                self.manager.allocator.check_held(block_id)     # a table must never point at a free block
-            token_ids[row, t_new - len(seq.new_slots):] = torch.tensor(seq.token_ids[-len(seq.new_slots):])
-            block_tables[row, :len(seq.block_table)] = torch.tensor(seq.block_table)
-        block_tables = block_tables.to(self.device)
-        context_lens = torch.tensor([seq.num_cached for seq in seqs], device=self.device)
-        layout = StepLayout(block_tables, context_lens, new_lens.to(self.device),
-                            torch.tensor([slot for seq in seqs for slot in seq.new_slots], device=self.device),
-                            gather_paged(self._slot_ids, block_tables, context_lens)[:, 0, :, 0])
+    def _forward(self, batch: SchedulerOutput) -> torch.Tensor:
+        """One forward pass over the step's packed tokens -> the logits of each sequence's last token, (num_seqs, V)."""
+        if not batch.seqs:
+            return torch.empty(0, self.config.vocab_size)
+        step = build_step(batch.seqs, self.manager.block_size, self.device)
         for cache in self.caches:
-            cache.layout = layout
-        if plan.kind == "prefill":
-            self.stats.prefill_tokens += int(new_lens.sum())
-        else:
-            self.stats.decode_tokens += len(seqs)
-        return self.model(token_ids.to(self.device), layout.attention_mask(), self.caches)[:, -1]
+            cache.step = step
+        logits = self.model(step.token_ids, None, self.caches, positions=step.positions, logits_at=step.logits_at)
+        return logits[0].float().cpu()                                        # (num_seqs, V)
+
+    def _postprocess(self, batch: SchedulerOutput, logits: torch.Tensor) -> list[tuple[int, int]]:
+        """The step's tokens are computed: a sequence whose tokens are all computed draws its next one (its
+        forks too, after its prefill), and finished sequences leave."""
+        emitted = []
+        self.stats.preemptions += len(batch.preempted)
+        held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
+        self.stats.peak_blocks = max(self.stats.peak_blocks, held)
+        for row, seq in enumerate(batch.seqs):
+            if seq.num_scheduled == 1 and seq.num_generated > 0:
+                self.stats.decode_tokens += 1
+            else:
+                self.stats.prefill_tokens += seq.num_scheduled
+            seq.num_computed += seq.num_scheduled
+            seq.num_scheduled = 0
+            if seq.num_computed < seq.num_tokens:
+                continue                                     # a prompt's chunk: the rest in later steps
+            for sample in [seq] + self.scheduler.fork(seq):
+                p = sample.params
+                token = int(next_token(logits[row:row + 1], p.temperature, None, p.top_p, sample.generator))
+                sample.token_ids.append(token)
+                emitted.append((sample.seq_id, token))
+        for seq in list(self.scheduler.running):
+            if seq.finished:
+                self.scheduler.finish(seq)
+                self.finished[seq.seq_id] = seq
+        self.stats.steps += 1
+        return emitted

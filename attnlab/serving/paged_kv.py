@@ -8,13 +8,14 @@ from attnlab.layers.grouped_attention import grouped_query_attention
 
 # cell 'write_paged'
 def write_paged(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                slot_mapping: torch.Tensor) -> None:
+                slot_mapping: torch.Tensor, check_slots: bool = True) -> None:
     """Store new tokens' keys and values in the pool (vLLM's reshape_and_cache).
 
     k_pool: (num_blocks, block_size, H_kv, D) and v_pool likewise, contiguous (alike for GQA; chapter 8's MLA
     keeps its latent in one and its rotary key in the other); k, v: (N, H_kv, D) each as its pool, N tokens of
     any sequences; slot_mapping: (N,) int, token i's slot, that is row block_id * block_size + offset of the pool
-    seen as (num_blocks * block_size, H_kv, D)."""
+    seen as (num_blocks * block_size, H_kv, D). check_slots=False skips the one check that reads the slots' values
+    (a GPU would wait for it in every layer): the engine builds each step's slots once, from block tables it holds."""
     if k_pool.shape[:2] != v_pool.shape[:2] or not (k_pool.is_contiguous() and v_pool.is_contiguous()):
         raise ValueError(f"k_pool and v_pool must be contiguous, with the same (num_blocks, block_size), got "
                          f"{tuple(k_pool.shape)} and {tuple(v_pool.shape)}")
@@ -24,7 +25,7 @@ def write_paged(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: 
         if tuple(x.shape) != (n, *pool.shape[2:]) or x.dtype != pool.dtype:
             raise ValueError(f"{name} must be (N, H_kv, D) = ({n}, {pool.shape[2]}, {pool.shape[3]}) in "
                              f"{pool.dtype}, got {tuple(x.shape)} in {x.dtype}")
-    if n and (slot_mapping.min() < 0 or slot_mapping.max() >= num_blocks * block_size):
+    if check_slots and n and (slot_mapping.min() < 0 or slot_mapping.max() >= num_blocks * block_size):
         raise ValueError(f"slots must be in 0..{num_blocks * block_size - 1}, "
                          f"got {slot_mapping.min()}..{slot_mapping.max()}")
     slots = slot_mapping.long()

@@ -6,66 +6,139 @@ from dataclasses import dataclass
 from dataclasses import field
 
 from attnlab.serving.block_allocator import OutOfBlocks
-from attnlab.serving.block_manager import BlockManager, Sequence
+from attnlab.serving.block_manager import BlockManager
+from attnlab.serving.sequence import Sequence
 
 
 # cell 'scheduler'
 @dataclass
-class Step:
-    """What one engine iteration runs: a prefill of newly admitted sequences, or one decode token for each
-    running sequence; and the sequences preempted to make room."""
+class SchedulerOutput:
+    """One step's work: the sequences to run, in the order their tokens are packed (single-token queries
+    first, then prefill chunks), each computing seq.num_scheduled tokens; and the sequences preempted."""
 
-    kind: str                                        # "prefill" or "decode"
     seqs: list[Sequence]
     preempted: list[Sequence] = field(default_factory=list)
 
+    @property
+    def num_tokens(self) -> int:
+        return sum(seq.num_scheduled for seq in self.seqs)
 
-def schedule(waiting: deque[Sequence], running: list[Sequence], manager: BlockManager, max_num_seqs: int,
-             max_num_batched_tokens: int, preemption: bool = True) -> Step:
-    """One iteration of continuous batching (Orca), prefills first, as vLLM's first scheduler did.
 
-    1. Admit waiting sequences, oldest first, while fewer than max_num_seqs run, their tokens stay within
-       max_num_batched_tokens (the first one is always let through) and manager.can_allocate them while
-       keeping the blocks the running sequences' next tokens need (manager.blocks_to_append): otherwise the
-       next decode step would preempt what was just admitted, forever. Allocate each admitted sequence and move
-       it to the end of running. If any were admitted, the step is their prefill.
-    2. Otherwise each running sequence, oldest first, gets one decode slot (manager.append). When
-       manager.can_append(seq) fails, preempt the newest running sequence (manager.free it, put it back at the
-       front of waiting, to be recomputed from its tokens), until it fits; a sequence may preempt itself.
-       With preemption off, raise OutOfBlocks before changing anything."""
-    admitted, tokens = [], 0
-    reserve = sum(manager.blocks_to_append(seq) for seq in running)
-    while waiting and len(running) + len(admitted) < max_num_seqs:
-        seq = waiting[0]
-        if admitted and tokens + len(seq.token_ids) > max_num_batched_tokens:
-            break
-        if not manager.can_allocate(seq, reserve):
-            break
-        waiting.popleft()
-        manager.allocate(seq)
-        admitted.append(seq)
-        tokens += len(seq.token_ids)
-    if admitted:
-        running.extend(admitted)
-        return Step("prefill", admitted)
+class Scheduler:
+    """Continuous batching with chunked prefill: the waiting and running sequences, and every limit on a step.
 
-    if not preemption and reserve > manager.allocator.num_free:
-        raise OutOfBlocks(f"the running sequences need {reserve} new blocks, {manager.allocator.num_free} are "
-                          f"free, and preemption is off")
-    scheduled, preempted = [], []
-    queue = list(running)
-    while queue:
-        seq = queue.pop(0)
-        while not manager.can_append(seq):
-            victim = queue.pop() if queue else seq
-            manager.free(victim)
-            preempted.append(victim)
-            if victim is seq:
+    max_num_seqs caps the rows that run (a request with n samples counts n, from its admission on);
+    max_num_batched_tokens caps the tokens one step computes (Sarathi-Serve's token budget)."""
+
+    def __init__(self, manager: BlockManager, max_num_seqs: int = 32, max_num_batched_tokens: int = 512,
+                 preemption: bool = True):
+        if max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {max_num_seqs}")
+        if max_num_batched_tokens < manager.block_size:
+            raise ValueError(f"max_num_batched_tokens = {max_num_batched_tokens} is smaller than one block of "
+                             f"{manager.block_size} tokens")
+        self.manager = manager
+        self.max_num_seqs, self.max_num_batched_tokens, self.preemption = (max_num_seqs, max_num_batched_tokens,
+                                                                           preemption)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+
+    @property
+    def num_rows(self) -> int:
+        return sum(seq.num_rows for seq in self.running)
+
+    def add(self, seq: Sequence) -> None:
+        if seq.num_rows > self.max_num_seqs:
+            raise ValueError(f"a request of {seq.num_rows} samples cannot run within max_num_seqs = "
+                             f"{self.max_num_seqs}")
+        self.waiting.append(seq)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def preempt(self, seq: Sequence) -> None:
+        """Free seq's blocks and put it back at the front of waiting: its keys and values will be recomputed
+        from its tokens, the prompt and what it has generated."""
+        self.manager.free(seq)
+        self.running.remove(seq)
+        self.waiting.appendleft(seq)
+
+    def fork(self, seq: Sequence) -> list[Sequence]:
+        """After seq's prefill: its other samples join running, on its blocks. Returns them."""
+        forks, seq.forks = seq.forks, []
+        for child in forks:
+            self.manager.fork(seq, child)
+            self.running.append(child)
+        return forks
+
+    def finish(self, seq: Sequence) -> None:
+        self.manager.free(seq)
+        self.running.remove(seq)
+
+    def check_room(self) -> None:
+        """OutOfBlocks, before anything changes, when the running sequences' tokens of the next step need more
+        free blocks than there are (for preemption off)."""
+        budget, need = self.max_num_batched_tokens, 0
+        for seq in self.running:
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            need += self.manager.blocks_needed(seq, n) if n else 0
+            budget -= n
+        if need > self.manager.allocator.num_free:
+            raise OutOfBlocks(f"the running sequences need {need} new blocks, {self.manager.allocator.num_free} "
+                              f"are free, and preemption is off")
+
+    def schedule(self) -> SchedulerOutput:
+        """One step of continuous batching with chunked prefill, in this order (vLLM v1 schedules so by default).
+
+        0. Every sequence's num_scheduled starts at 0. With preemption off, self.check_room() first.
+        1. Running sequences, oldest first, while the budget lasts: each is given n = its uncomputed tokens, at
+           most what is left of max_num_batched_tokens (1 for a decode; a chunk of a prompt still being
+           prefilled). While manager.blocks_needed(seq, n) exceeds the free blocks, preempt the newest running
+           sequence (self.preempt), which may be seq itself (then seq is not scheduled). Otherwise
+           manager.allocate_slots(seq, n), set seq.num_scheduled = n, and take n from the budget.
+        2. Only if nothing was preempted in this step: waiting sequences, oldest first, while the budget lasts.
+           Stop at the first that does not fit; never skip one. It fits when
+           - the rows running (self.num_rows, those admitted before it in this step included) plus its own
+             seq.num_rows stay within max_num_seqs, and
+           - after manager.allocate(seq) (its prefix-cache hits, which cost no budget), with n = its remaining
+             tokens, at most what is left of the budget: manager.blocks_needed(seq, n) plus one block held back
+             for each row already running is at most the free blocks. If not, manager.free(seq) and stop.
+           A sequence that fits leaves waiting for the end of running and is scheduled as in 1.
+        Returns the scheduled sequences, those with one token first, in order, then the others in order."""
+        for seq in self.running:
+            seq.num_scheduled = 0
+        if not self.preemption:
+            self.check_room()
+        budget, scheduled, preempted = self.max_num_batched_tokens, [], []
+        queue = list(self.running)
+        while queue and budget > 0:
+            seq = queue.pop(0)
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            while self.manager.blocks_needed(seq, n) > self.manager.allocator.num_free:
+                victim = queue.pop() if queue else seq
+                self.preempt(victim)
+                preempted.append(victim)
+                if victim is seq:
+                    break
+            else:
+                self.manager.allocate_slots(seq, n)
+                seq.num_scheduled = n
+                scheduled.append(seq)
+                budget -= n
+        while self.waiting and budget > 0 and not preempted:
+            seq = self.waiting[0]
+            if self.num_rows + seq.num_rows > self.max_num_seqs:
                 break
-        else:
-            manager.append(seq)
+            self.manager.allocate(seq)
+            n = min(seq.num_tokens - seq.num_computed, budget)
+            if self.manager.blocks_needed(seq, n) + self.num_rows > self.manager.allocator.num_free:
+                self.manager.free(seq)
+                break
+            self.waiting.popleft()
+            self.running.append(seq)
+            self.manager.allocate_slots(seq, n)
+            seq.num_scheduled = n
             scheduled.append(seq)
-    for victim in preempted:                  # newest first: the oldest of them ends up at the very front
-        waiting.appendleft(victim)
-    running[:] = scheduled
-    return Step("decode", scheduled, preempted)
+            budget -= n
+        scheduled.sort(key=lambda seq: seq.num_scheduled > 1)      # stable: order kept within each kind
+        return SchedulerOutput(scheduled, preempted)
