@@ -15,11 +15,11 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         filter_logits, next_token [5]
     attnlab.decoding.streaming
         stream [7]
-    attnlab.kernels.backend
-        PagedDecode, PagedMLADecode, install_decode_kernels [10]
     attnlab.kernels.hopper
-        HOPPER_SHARED_BYTES, HopperBinary, KernelCompileError, compile_for_hopper, kernel_source,
-        launch [10]
+        HOPPER_SHARED_BYTES, HopperBinary, INTERPRETED, KernelCompileError, compile_for_hopper,
+        kernel_source, launch [10]
+    attnlab.kernels.interpreter
+        select_interpreter [10]
     attnlab.kernels.paged_decode
         paged_decode_kernel, compile_paged_decode, paged_decode [10]
     attnlab.kernels.paged_mla

@@ -11,17 +11,17 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-# No CUDA GPU: Triton's interpreter runs the kernels on the CPU. Triton reads this when a kernel is defined, so it
-# comes before any @triton.jit; setting TRITON_INTERPRET=0 yourself keeps compiled kernels.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import triton.language as tl
 
+from attnlab.kernels.interpreter import select_interpreter
+
 
 # cell 'hopper'
+# Every kernel module imports this one first: with no CUDA GPU, Triton's interpreter is on before any kernel is
+# defined, whatever the order in which triton was imported (TRITON_INTERPRET=0, set yourself, keeps compiled ones).
+INTERPRETED = select_interpreter()
+
 # The compile runs in a fresh Python without the interpreter: under TRITON_INTERPRET=1 triton.language is the
 # interpreter's, and compiling in that process fails on kernels that are fine.
 _COMPILE = """
