@@ -13,7 +13,9 @@ from attnlab.decoding.generation import generate
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.models.mla import MLAConfig, MLAModel
 from attnlab.serving.block_allocator import OutOfBlocks
-from attnlab.serving.block_manager import BlockManager, Sequence
+from attnlab.serving.block_manager import BlockManager
+from attnlab.serving.block_table import slot_mapping
+from attnlab.serving.sequence import SamplingParams, Sequence
 from attnlab.serving.engine import Engine
 from attnlab.serving.paged_kv import gather_paged, paged_attention, write_paged
 
@@ -24,28 +26,30 @@ class Shadow:
     def __init__(self, manager: BlockManager):
         self.manager, self.slots = manager, {}
 
-    def write(self, seq: Sequence, first_position: int) -> None:
+    def write(self, seq: Sequence, num_new: int) -> None:
+        """Positions num_computed .. num_computed + num_new - 1 of seq, after manager.allocate_slots."""
         bs = self.manager.block_size
         for source, destination in self.manager.copies:              # copy-on-write first, as the engine does
             for offset in range(bs):
                 if source * bs + offset in self.slots:
                     self.slots[destination * bs + offset] = self.slots[source * bs + offset]
         self.manager.copies.clear()
-        for position, slot in zip(range(first_position, seq.num_cached), seq.new_slots):
+        positions = range(seq.num_computed, seq.num_computed + num_new)
+        for position, slot in zip(positions, slot_mapping(seq.block_table, torch.tensor(positions), bs).tolist()):
             block = slot // bs
             assert self.manager.allocator.ref_counts[block] == 1, f"a write into block {block}, which is shared"
-            assert seq.block_table[position // bs] == block, "a slot outside the sequence's own block"
             self.slots[slot] = (position, seq.token_ids[position])
+        seq.num_computed += num_new
 
 
 def check_invariants(manager: BlockManager, live: list[Sequence], shadow: Shadow) -> None:
     allocator, bs = manager.allocator, manager.block_size
     holders = [0] * allocator.num_blocks
     for seq in live:
-        assert len(seq.block_table) == -(-seq.num_cached // bs)
+        assert len(seq.block_table) == -(-seq.num_computed // bs)
         for block in seq.block_table:
             holders[block] += 1
-        for position in range(seq.num_cached):                      # every sequence reads its own tokens back
+        for position in range(seq.num_computed):                    # every sequence reads its own tokens back
             slot = seq.block_table[position // bs] * bs + position % bs
             assert shadow.slots.get(slot) == (position, seq.token_ids[position]), f"sequence {seq.seq_id} lost a token"
     assert allocator.ref_counts == holders, "a reference count differs from the number of tables holding the block"
@@ -55,37 +59,52 @@ def check_invariants(manager: BlockManager, live: list[Sequence], shadow: Shadow
         assert allocator.block_hashes[block] == block_hash, "the prefix cache's two maps disagree"
 
 
+def _snapshot(manager: BlockManager, seqs: list[Sequence]):
+    a = manager.allocator
+    return (list(a.ref_counts), list(a.free_ids), dict(a.cached), list(manager.copies),
+            [(list(s.block_table), s.num_computed) for s in seqs])
+
+
 def test_random_operations_keep_every_invariant():
-    """10^5 operations: new prompts (with shared prefixes, so prefix hits), appends (copy-on-write after a fork),
-    forks, frees and preemptions, on a pool small enough that cached blocks are evicted."""
+    """10^5 operations: new prompts (with shared prefixes, so prefix hits) prefilled in chunks, appends
+    (copy-on-write after a fork), forks, frees and preemptions, on a pool small enough that cached blocks are
+    evicted. A call that raises must change nothing."""
     rng = random.Random(0)
+    params = SamplingParams(max_new_tokens=10**6)
     manager = BlockManager(num_blocks=48, block_size=4)
     shadow, live, next_id = Shadow(manager), [], 0
     prefixes = [[rng.randrange(6) for _ in range(rng.randint(1, 14))] for _ in range(5)]
-    counts = dict.fromkeys(("allocate", "append", "fork", "free", "preempt", "prefix hit", "copy"), 0)
-    evictions_before = 0
+    counts = dict.fromkeys(("allocate", "append", "fork", "free", "preempt", "prefix hit", "copy", "refused"), 0)
     for _ in range(100_000):
         op = rng.random()
         if op < 0.25 or not live:
             prompt = rng.choice(prefixes) + [rng.randrange(6) for _ in range(rng.randint(1, 6))]
-            seq = Sequence(next_id, prompt, len(prompt), 10**6)
+            seq = Sequence(next_id, prompt, params)
             next_id += 1
-            if manager.can_allocate(seq):
-                manager.allocate(seq)
-                hit = len(seq.token_ids) - len(seq.new_slots)
-                counts["prefix hit"] += hit > 0
-                shadow.write(seq, hit)
-                manager.cache_blocks(seq)
+            manager.allocate(seq)
+            counts["prefix hit"] += seq.num_computed > 0
+            chunk = rng.randint(1, seq.num_tokens - seq.num_computed)      # a first chunk of the prompt
+            before = _snapshot(manager, live + [seq])
+            try:
+                manager.allocate_slots(seq, chunk)
+            except OutOfBlocks:
+                assert _snapshot(manager, live + [seq]) == before, "a refused allocate_slots changed something"
+                manager.free(seq)
+                counts["refused"] += 1
+            else:
+                shadow.write(seq, chunk)
                 live.append(seq)
                 counts["allocate"] += 1
         elif op < 0.75:
             seq = rng.choice(live)
-            seq.token_ids.append(rng.randrange(6))
-            if manager.can_append(seq):
-                counts["copy"] += manager.blocks_to_append(seq) and seq.num_cached % manager.block_size != 0
-                manager.append(seq)
-                shadow.write(seq, seq.num_cached - 1)
-                manager.cache_blocks(seq)
+            if seq.num_computed == seq.num_tokens:
+                seq.token_ids.append(rng.randrange(6))
+            num_new = rng.randint(1, seq.num_tokens - seq.num_computed)
+            if manager.blocks_needed(seq, num_new) <= manager.allocator.num_free:
+                counts["copy"] += seq.num_computed % manager.block_size != 0 and \
+                    manager.allocator.ref_counts[seq.block_table[-1]] > 1
+                manager.allocate_slots(seq, num_new)
+                shadow.write(seq, num_new)
                 counts["append"] += 1
             else:                                              # no block: preempt it, as the scheduler would
                 manager.free(seq)
@@ -93,7 +112,7 @@ def test_random_operations_keep_every_invariant():
                 counts["preempt"] += 1
         elif op < 0.85:
             parent = rng.choice(live)
-            child = Sequence(next_id, list(parent.token_ids[:parent.num_cached]), parent.prompt_len, 10**6)
+            child = Sequence(next_id, list(parent.token_ids[:parent.num_computed]), params)
             next_id += 1
             manager.fork(parent, child)
             live.append(child)
@@ -107,6 +126,35 @@ def test_random_operations_keep_every_invariant():
         manager.free(seq)
     assert manager.allocator.num_free == 48 and not any(manager.allocator.ref_counts), "blocks leaked"
     assert min(counts.values()) > 100, f"every kind of operation must be exercised often: {counts}"
+
+
+def test_block_manager_calls_that_raise_change_nothing():
+    """The three calls a random-operation driver once caught raising after changing state."""
+    params = SamplingParams()
+    manager = BlockManager(num_blocks=6, block_size=4)
+    a, b = Sequence(0, list(range(10)), params), Sequence(1, list(range(20, 26)), params)
+    for seq in (a, b):
+        manager.allocate(seq)
+        manager.allocate_slots(seq, seq.num_tokens)                  # a: 3 blocks, b: 2 blocks
+        seq.num_computed = seq.num_tokens
+    before = _snapshot(manager, [a, b])
+    with pytest.raises(OutOfBlocks):
+        manager.allocate_slots(a, 9)                                 # 3 more blocks, 1 is free
+    assert _snapshot(manager, [a, b]) == before, "OutOfBlocks left blocks in the table"
+    manager.allocator.free(a.block_table[-1])                        # a's last block freed behind its back
+    before = _snapshot(manager, [a, b])
+    with pytest.raises(ValueError, match="free"):
+        manager.allocate_slots(a, 3)                                 # would open a block: it must not leak
+    assert _snapshot(manager, [a, b]) == before, "a refused allocate_slots took a block"
+    with pytest.raises(ValueError, match="free"):
+        manager.free(a)                                              # a freed block at the end of the table
+    assert _snapshot(manager, [a, b]) == before, "a refused free released blocks"
+    manager.allocator.share(b.block_table[1])                        # hold it twice, then free the middle one
+    manager.allocator.free(b.block_table[0])
+    before = _snapshot(manager, [b])
+    with pytest.raises(ValueError, match="free"):
+        manager.free(b)
+    assert _snapshot(manager, [b]) == before, "a refused free released the blocks after the freed one"
 
 
 def _paged(lens, n_kv_heads, d_head, block_size, seed=0):
@@ -181,14 +229,22 @@ def alone(model, prompt, n, eos_id=None):
     return tokens[:tokens.index(eos_id) + 1] if eos_id in tokens else tokens
 
 
-@pytest.mark.parametrize("num_blocks,prefix_caching", [(200, True), (200, False), (14, True), (12, False)])
+@pytest.mark.parametrize("num_blocks,prefix_caching,budget", [(200, True, 512), (200, False, 512), (14, True, 512),
+                                                          (12, False, 512), (200, True, 8), (14, True, 4)])
 @pytest.mark.parametrize("make_model", [tiny_llama, tiny_mla], ids=["gqa", "mla"])
-def test_engine_outputs_equal_generating_each_request_alone(num_blocks, prefix_caching, make_model):
+def test_engine_outputs_equal_generating_each_request_alone(num_blocks, prefix_caching, budget, make_model):
+    """With preemption (small pools), prefix hits and chunked prefill (a budget of 4 or 8 tokens a step); every
+    unused slot of every pool NaN, so that a read of anything but a sequence's own tokens would show."""
     model = make_model()
-    engine = Engine(model, num_blocks=num_blocks, block_size=4, max_num_seqs=6, prefix_caching=prefix_caching)
+    engine = Engine(model, num_blocks=num_blocks, block_size=4, max_num_seqs=6, prefix_caching=prefix_caching,
+                    max_num_batched_tokens=budget)
+    for cache in engine.caches:
+        cache.k_pool.fill_(float("nan"))
+        cache.v_pool.fill_(float("nan"))
     reqs = requests()
     ids = [engine.add_request(p, n, eos_id=3)[0] for p, n in reqs]
-    outputs = engine.run()
+    steps = []
+    outputs = engine.run(lambda e, emitted: steps.append(e.scheduler.num_rows))
     for (prompt, n), i in zip(reqs, ids):
         assert outputs[i] == alone(model, prompt, n, eos_id=3), f"request {i} differs from generating it alone"
     if num_blocks < 20:
@@ -196,6 +252,64 @@ def test_engine_outputs_equal_generating_each_request_alone(num_blocks, prefix_c
     if prefix_caching and num_blocks == 200:
         assert engine.stats.prefill_tokens < sum(len(p) for p, _ in reqs), "the shared system prompt was not reused"
     assert engine.manager.allocator.num_free == num_blocks, "blocks leaked"
+    assert max(steps) <= 6
+
+
+def test_a_step_packs_decodes_and_prefill_chunks_within_the_budget():
+    """Chunked prefill: a prompt longer than the budget is prefilled over several steps, each of which also
+    decodes the running sequences; no step computes more than max_num_batched_tokens tokens."""
+    model = tiny_llama()
+    engine = Engine(model, num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=8)
+    first = engine.add_request(list(range(1, 4)), 12)[0]
+    long = engine.add_request(list(range(5, 35)), 3)[0]              # 30 tokens: at least 4 chunks of <= 8
+    seen = []
+    while engine.has_unfinished():
+        batch = engine.scheduler.schedule()
+        seen.append([(s.seq_id, s.num_scheduled) for s in batch.seqs])
+        assert batch.num_tokens <= 8, f"a step of {batch.num_tokens} tokens, over the budget of 8"
+        engine._copy_blocks()
+        engine._postprocess(batch, engine._forward(batch))
+    mixed = [step for step in seen if {i for i, _ in step} == {first, long}]
+    assert len(mixed) >= 4 and all(dict(step)[first] == 1 for step in mixed[1:]), (
+        f"the long prompt's chunks should share steps with the first request's decodes: {seen}")
+    outputs = {i: s.token_ids[s.prompt_len:] for i, s in engine.finished.items()}
+    assert outputs[long] == alone(model, list(range(5, 35)), 3)
+    assert outputs[first] == alone(model, list(range(1, 4)), 12)
+
+
+def test_forks_count_toward_max_num_seqs_in_every_step():
+    model = tiny_llama()
+    engine = Engine(model, num_blocks=80, block_size=4, max_num_seqs=4)
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        engine.add_request([1, 2, 3], 4, n=6, temperature=1.0)
+    assert not engine.has_unfinished(), "a refused request was queued"
+    for seed in range(3):
+        engine.add_request([1, 2, 3 + seed], 6, n=3, temperature=1.0, seed=seed)
+    rows = []
+    while engine.has_unfinished():
+        engine.step()
+        rows.append(len(engine.running))
+    assert max(rows) <= 4, f"rows running per step: {rows}, over max_num_seqs = 4"
+
+
+def test_host_synchronisations_do_not_grow_with_the_number_of_layers():
+    """torch's profiler counts the operations that read a tensor back to the host (item(), nonzero, boolean
+    indexing). A decode step may do a few once, never a few per layer."""
+    def syncs_per_step(n_layers):
+        torch.manual_seed(0)
+        model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, n_layers=n_layers,
+                                  max_seq_len=80)).eval()
+        engine = Engine(model, num_blocks=64, block_size=4, max_num_seqs=8)
+        for i in range(6):
+            engine.add_request([1 + i, 2, 3, 4, 5], 20)
+        for _ in range(3):
+            engine.step()                                             # the prefill, then decodes
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            engine.step()
+        names = [event.name for event in prof.events()]
+        return sum(name in ("aten::_local_scalar_dense", "aten::nonzero", "aten::item") for name in names)
+    two, thirty = syncs_per_step(2), syncs_per_step(30)
+    assert thirty == two, f"host synchronisations per decode step: {two} with 2 layers, {thirty} with 30"
 
 
 def test_parallel_samples_share_the_prompt_and_equal_sampling_alone():
@@ -216,6 +330,8 @@ def test_bad_input_is_refused_and_nothing_is_corrupted():
     model = tiny_llama()
     with pytest.raises(ValueError, match="power of two"):
         Engine(model, num_blocks=10, block_size=3)
+    with pytest.raises(ValueError, match="smaller than one block"):
+        Engine(model, num_blocks=10, block_size=8, max_num_batched_tokens=4)
     engine = Engine(model, num_blocks=10, block_size=4)
     with pytest.raises(ValueError, match="max_seq_len"):
         engine.add_request([1] * 70, 20)
@@ -223,17 +339,34 @@ def test_bad_input_is_refused_and_nothing_is_corrupted():
         engine.add_request([1] * 30, 20)                              # 50 tokens: 13 blocks, the pool has 10
     with pytest.raises(ValueError, match="token ids"):
         engine.add_request([1, 50], 2)
+    with pytest.raises(ValueError, match="temperature"):
+        engine.add_request([1, 2], 2, n=2)
+    assert not engine.has_unfinished(), "a refused request was queued"
     first = engine.add_request([1, 2, 3], 4)[0]
     engine.step()
     seq = engine.running[0]
     seq.block_table[0] = next(iter(engine.manager.allocator.free_ids))   # a table pointing at a free block
     with pytest.raises(ValueError, match="free"):
         engine.step()
-    strict = Engine(model, num_blocks=4, block_size=4, preemption=False)
-    for start in (5, 20):                                            # different prompts: no block is shared
-        strict.add_request(list(range(start, start + 8)), 8)
+    strict = Engine(model, num_blocks=5, block_size=4, preemption=False)
+    for start in (5, 20):                     # 7 tokens each, no block shared: both run, then both need a block
+        strict.add_request(list(range(start, start + 7)), 8)
     with pytest.raises(OutOfBlocks, match="preemption is off"):
         strict.run()
     held = sorted(b for s in strict.running for b in s.block_table)
-    assert len(held) == len(set(held)) == 4 and strict.manager.allocator.num_free == 0, "the refusal changed the tables"
+    assert len(strict.running) == 2 and all(s.num_computed == 8 for s in strict.running), "the refusal changed a sequence"
+    assert len(held) == len(set(held)) == 4 and strict.manager.allocator.num_free == 1, "the refusal changed the tables"
     assert first == 0
+
+
+def test_deepseek_configs_mla_does_not_model_are_refused():
+    from transformers import DeepseekV3Config
+    from attnlab.models.mla import mla_config_from_deepseek
+    base = DeepseekV3Config(vocab_size=50, hidden_size=32, num_attention_heads=4, kv_lora_rank=16, q_lora_rank=None,
+                            qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=6, intermediate_size=40,
+                            num_hidden_layers=2, first_k_dense_replace=2).to_dict()
+    mla_config_from_deepseek(base)
+    with pytest.raises(ValueError, match="rope_interleave"):
+        mla_config_from_deepseek(base | {"rope_interleave": False})
+    with pytest.raises(ValueError, match="attention_bias"):
+        mla_config_from_deepseek(base | {"attention_bias": True})
