@@ -21,7 +21,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.kernels.interpreter
         select_interpreter [10]
     attnlab.kernels.paged_decode
-        paged_decode_kernel, compile_paged_decode, paged_decode [10]
+        paged_decode_kernel, compile_paged_decode, dot_precision, paged_decode [10]
     attnlab.kernels.paged_mla
         paged_mla_decode_kernel, MLA_BLOCK_H, compile_paged_mla_decode, paged_mla_decode [10]
     attnlab.layers.attention

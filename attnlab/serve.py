@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-blocks", type=int, default=256, help="KV pool size, in blocks")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--max-num-seqs", type=int, default=16, help="sequences decoded together, at most")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=256,
+                        help="tokens one step computes, at most: longer prompts are prefilled in chunks")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--attention", choices=("auto", "triton", "torch"), default="auto",
@@ -46,11 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     if not prompts:
         parser.error(f"{args.prompts} holds no prompt")
     model, metadata = load_llama_gguf(max_seq_len=2048)
-    prepare_for_decoding(model)
-    model.to(args.device)
+    prepare_for_decoding(model.to(args.device))          # a CPU's decoding layout; a GPU's model is left alone
     tokenizer = tokenizer_from_gguf(metadata)
     eos_id = tokenizer.token_to_id("<|im_end|>")
-    engine = Engine(model, args.num_blocks, args.block_size, args.max_num_seqs, attention=args.attention)
+    engine = Engine(model, args.num_blocks, args.block_size, args.max_num_seqs, args.max_num_batched_tokens,
+                    attention=args.attention)
     ids = [engine.add_request(tokenizer.encode(chat_prompt([{"role": "user", "content": p}])).ids,
                               args.max_new_tokens, eos_id)[0] for p in prompts]
     pool = engine.manager.allocator

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -185,25 +186,67 @@ def test_the_engine_on_the_kernels_equals_generating_each_request_alone(make_mod
     rng = random.Random(0)
     reqs = [([rng.randrange(50) for _ in range(rng.randint(1, 30))], rng.randint(16, 40)) for _ in range(6)]
     alone = [generate(model, torch.tensor([p]), n).tokens[0, len(p):].tolist() for p, n in reqs]
-    engine = Engine(model, num_blocks=5, block_size=16, max_num_seqs=4, attention="triton")   # preempts
-    assert engine.attention == "triton" and all(cache.kernel_reads_pool for cache in engine.caches)
+    # Preempts, and prefills in chunks of at most 16 tokens beside the decodes; unused slots NaN.
+    engine = Engine(model, num_blocks=5, block_size=16, max_num_seqs=4, max_num_batched_tokens=16, attention="triton")
+    assert engine.attention == "triton" and all(cache.decode_kernel is not None for cache in engine.caches)
+    for cache in engine.caches:
+        cache.k_pool.fill_(float("nan"))
+        cache.v_pool.fill_(float("nan"))
     ids = [engine.add_request(p, n)[0] for p, n in reqs]
     outputs = engine.run()
     assert [outputs[i] for i in ids] == alone
     assert engine.stats.preemptions > 0, "the small pool was meant to force preemption"
     assert engine.stats.decode_tokens > 0
-    # The model is unchanged for use without the engine: its layers fall back to torch outside a paged step.
+    # Nothing was patched into the model: without the engine it attends with torch, as before.
     assert [generate(model, torch.tensor([p]), n).tokens[0, len(p):].tolist() for p, n in reqs] == alone
 
 
-def test_a_second_engine_on_the_same_model_replaces_the_first_ones_kernels():
-    from attnlab.kernels.backend import PagedDecode
+def test_two_engines_on_one_model_do_not_interfere():
+    """Each engine chose its attention once, for its own caches: nothing is installed into the model."""
     model = tiny_llama()
-    original = model.layers[0].attn.attention_fn
-    Engine(model, num_blocks=8, block_size=16, attention="triton")
-    second = Engine(model, num_blocks=8, block_size=16, attention="triton")
-    wrapper = model.layers[0].attn.attention_fn
-    assert isinstance(wrapper, PagedDecode) and wrapper.cache is second.caches[0] and wrapper.fallback is original
+    before = {name: getattr(layer.attn, "attention_fn") for name, layer in enumerate(model.layers)}
+    on_kernels = Engine(model, num_blocks=8, block_size=16, attention="triton")
+    on_torch = Engine(model, num_blocks=8, block_size=16, attention="torch")
+    assert all(c.decode_kernel is not None for c in on_kernels.caches)
+    assert all(c.decode_kernel is None for c in on_torch.caches)
+    assert {name: layer.attn.attention_fn for name, layer in enumerate(model.layers)} == before
+    prompt = [3, 1, 4, 1, 5]
+    want = generate(model, torch.tensor([prompt]), 4).tokens[0, len(prompt):].tolist()
+    for engine in (on_torch, on_kernels, on_torch):
+        seq_id = engine.add_request(prompt, 4)[0]
+        assert engine.run()[seq_id] == want
+
+
+def test_kernels_work_when_triton_was_imported_first():
+    """import triton before attnlab.kernels, on a machine without CUDA: Triton's own helpers (tl.max, tl.sum) were
+    then made for compiled kernels, and an interpreted kernel could not call them."""
+    code = textwrap.dedent("""
+        import os
+        os.environ.pop("TRITON_INTERPRET", None)
+        import triton
+        import torch
+        from attnlab.kernels.paged_decode import paged_decode
+        from attnlab.serving.paged_kv import paged_attention
+        g = torch.Generator().manual_seed(0)
+        q, k_pool, v_pool = torch.randn(2, 4, 16, generator=g), torch.randn(4, 16, 2, 16, generator=g), torch.randn(4, 16, 2, 16, generator=g)
+        tables, lens = torch.tensor([[0, 1], [2, 3]]), torch.tensor([20, 5])
+        z = paged_decode(q, k_pool, v_pool, tables, lens)
+        want = paged_attention(q[:, :, None], k_pool, v_pool, tables, lens)[:, :, 0]
+        torch.testing.assert_close(z, want, rtol=1e-5, atol=1e-5)
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+def test_compiled_kernels_multiply_float32_in_ieee_not_tf32():
+    """On NVIDIA GPUs Triton's default float32 dot is TF32 (about 1e-4 of error); the interpreter cannot show it,
+    the PTX can."""
+    from attnlab.kernels.paged_decode import compile_paged_decode
+    from attnlab.kernels.paged_mla import compile_paged_mla_decode
+    for binary in compile_paged_decode([(4, 16, 64)], pool_dtype="fp32") + compile_paged_mla_decode([(16, 64, 64)], pool_dtype="fp32"):
+        assert binary.tf32_instructions == 0, "a float32 tl.dot compiled to TF32: give it input_precision='ieee'"
 
 
 def test_paged_mla_decode_reads_blocks_past_element_2_to_the_31():

@@ -43,7 +43,8 @@ for constexprs in job["constexprs"]:
     try:
         compiled = triton.compile(ASTSource(kernel, types, constexprs, attrs=attrs), target=GPUTarget("cuda", 90, 32))
         results.append({"ptx_lines": compiled.asm["ptx"].count(chr(10)), "cubin_bytes": len(compiled.asm["cubin"]),
-                        "shared_bytes": compiled.metadata.shared})
+                        "shared_bytes": compiled.metadata.shared,
+                        "tf32_instructions": sum(".tf32" in line for line in compiled.asm["ptx"].splitlines())})
     except Exception as exc:
         results.append({"error": type(exc).__name__ + ": " + str(exc)})
 print(json.dumps(results))
@@ -63,6 +64,7 @@ class HopperBinary:
     ptx_lines: int           # the PTX: the GPU's assembly language
     cubin_bytes: int         # the cubin: sm_90 machine code, what a GPU loads
     shared_bytes: int        # shared memory one program needs
+    tf32_instructions: int   # PTX instructions that multiply in TF32 (10-bit mantissas): 0 for IEEE float32 dots
 
 
 def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> None:
@@ -126,5 +128,6 @@ def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[
         if result["shared_bytes"] > HOPPER_SHARED_BYTES:
             raise KernelCompileError(f"{kernel.fn.__name__} with {variant} needs {result['shared_bytes']} bytes of "
                                      f"shared memory; a Hopper GPU gives one program {HOPPER_SHARED_BYTES}")
-        binaries.append(HopperBinary(variant, result["ptx_lines"], result["cubin_bytes"], result["shared_bytes"]))
+        binaries.append(HopperBinary(variant, result["ptx_lines"], result["cubin_bytes"], result["shared_bytes"],
+                                     result["tf32_instructions"]))
     return binaries

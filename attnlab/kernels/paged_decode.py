@@ -15,7 +15,7 @@ def paged_decode_kernel(out_ptr, q_ptr, k_pool_ptr, v_pool_ptr, block_tables_ptr
                         stride_qb, stride_qh, stride_ob, stride_oh, stride_tb,
                         stride_kb, stride_ks, stride_kh, stride_vb, stride_vs, stride_vh,
                         GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-                        D_HEAD: tl.constexpr):
+                        D_HEAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Program (b, h_kv): sequence b's newest query at the GROUP query heads that read KV head h_kv.
     # q, out: (B, H, D_HEAD); k_pool, v_pool: (num_blocks, BLOCK_SIZE, H_kv, D_HEAD); block_tables: (B, max_blocks)
     # int32; context_lens: (B,) int32. out gets softmax(q k^T * scale) v over the sequence's first len tokens.
@@ -39,13 +39,13 @@ def paged_decode_kernel(out_ptr, q_ptr, k_pool_ptr, v_pool_ptr, block_tables_ptr
                     mask=real[:, None], other=0.0).to(tl.float32)        # (BLOCK_SIZE, D_HEAD)
         v = tl.load(v_pool_ptr + block * stride_vb + s[:, None] * stride_vs + h_kv * stride_vh + d[None, :],
                     mask=real[:, None], other=0.0).to(tl.float32)
-        scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale   # (GROUP_PAD, BLOCK_SIZE)
+        scores = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale   # (GROUP_PAD, BLOCK_SIZE)
         scores = tl.where(real[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         alpha = tl.exp(m - m_new)                 # shrinks what was summed under the old max
         p = tl.exp(scores - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
         m = m_new
     tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :], acc / l[:, None],
              mask=in_group[:, None])
@@ -113,6 +113,7 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, bl
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), tables.stride(0),
         k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), v_pool.stride(0), v_pool.stride(1), v_pool.stride(2),
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=block_size, D_HEAD=d_head,
+        DOT_PRECISION=dot_precision(k_pool.dtype),
         **launch_options)
     return out.to(q.dtype)
 
@@ -124,7 +125,14 @@ def compile_paged_decode(variants: list[tuple[int, int, int]], pool_dtype: str =
                       "v_pool_ptr": f"*{pool_dtype}", "block_tables_ptr": "*i32", "context_lens_ptr": "*i32",
                       "scale": "fp32"})
     constexprs = [{"GROUP": group, "GROUP_PAD": max(16, triton.next_power_of_2(group)), "BLOCK_SIZE": block_size,
-                   "D_HEAD": d_head} for group, block_size, d_head in variants]
+                   "D_HEAD": d_head, "DOT_PRECISION": dot_precision(pool_dtype)} for group, block_size, d_head in variants]
     divisible = tuple(name for name in signature                    # a block table's row length may be anything
                       if name.endswith("_ptr") or name.startswith("stride") and name != "stride_tb")
     return compile_for_hopper(paged_decode_kernel, signature, constexprs, divisible)
+
+
+def dot_precision(pool_dtype: torch.dtype | str) -> str:
+    """How the kernels' tl.dot multiplies their float32 tiles: "ieee" for float32 pools (Triton's default on NVIDIA
+    GPUs, TF32, keeps 10 bits of mantissa: about 1e-4 of error against 1e-7); "tf32" for bf16 and fp16 pools, whose
+    values TF32 holds exactly (8 and 10 bits of mantissa), on the tensor cores, with half the shared memory."""
+    return "ieee" if pool_dtype in (torch.float32, "fp32") else "tf32"

@@ -7,7 +7,7 @@ import triton
 import triton.language as tl
 
 from attnlab.kernels.hopper import HopperBinary, compile_for_hopper, launch
-from attnlab.kernels.paged_decode import _check_pools, _output
+from attnlab.kernels.paged_decode import _check_pools, _output, dot_precision
 
 
 # cell 'paged_mla_decode_kernel'
@@ -17,7 +17,7 @@ def paged_mla_decode_kernel(out_ptr, q_latent_ptr, q_rope_ptr, c_kv_pool_ptr, k_
                             stride_qb, stride_qh, stride_qrb, stride_qrh, stride_ob, stride_oh, stride_tb,
                             stride_cb, stride_cs, stride_rb, stride_rs,
                             BLOCK_H: tl.constexpr, BLOCK_SIZE: tl.constexpr, D_LATENT: tl.constexpr,
-                            D_ROPE: tl.constexpr):
+                            D_ROPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Program (j, b): query heads j * BLOCK_H ... of sequence b. q_latent, out: (B, H, D_LATENT), strides stride_q*
     # and stride_o*; q_rope: (B, H, D_ROPE), strides stride_qr*; c_kv_pool: (num_blocks, BLOCK_SIZE, 1, D_LATENT),
     # strides stride_c*; k_rope_pool: (num_blocks, BLOCK_SIZE, 1, D_ROPE), strides stride_r*; block_tables:
@@ -43,14 +43,14 @@ def paged_mla_decode_kernel(out_ptr, q_latent_ptr, q_rope_ptr, c_kv_pool_ptr, k_
                          mask=real[:, None], other=0.0).to(tl.float32)  # (BLOCK_SIZE, D_LATENT): key and value
         k_r = tl.load(k_rope_pool_ptr + block * stride_rb + s[:, None] * stride_rs + r[None, :],
                       mask=real[:, None], other=0.0).to(tl.float32)     # (BLOCK_SIZE, D_ROPE)
-        scores = (tl.dot(q_c, tl.trans(latent), input_precision="ieee")
-                  + tl.dot(q_r, tl.trans(k_r), input_precision="ieee")) * scale          # (BLOCK_H, BLOCK_SIZE)
+        scores = (tl.dot(q_c, tl.trans(latent), input_precision=DOT_PRECISION)
+                  + tl.dot(q_r, tl.trans(k_r), input_precision=DOT_PRECISION)) * scale          # (BLOCK_H, BLOCK_SIZE)
         scores = tl.where(real[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(scores - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p, latent, input_precision="ieee")     # the value: the latent, read once
+        acc = acc * alpha[:, None] + tl.dot(p, latent, input_precision=DOT_PRECISION)     # the value: the latent, read once
         m = m_new
     tl.store(out_ptr + b * stride_ob + h[:, None] * stride_oh + c[None, :], acc / l[:, None],
              mask=in_range[:, None])
@@ -92,7 +92,8 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
         paged_mla_decode_kernel, (triton.cdiv(n_heads, MLA_BLOCK_H), batch), out, q_latent, q_rope, c_kv_pool, k_rope_pool, tables, lens, scale, n_heads,
         q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1), out.stride(0), out.stride(1),
         tables.stride(0), c_kv_pool.stride(0), c_kv_pool.stride(1), k_rope_pool.stride(0), k_rope_pool.stride(1),
-        BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r, **launch_options)
+        BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r,
+        DOT_PRECISION=dot_precision(c_kv_pool.dtype), **launch_options)
     return out.to(q_latent.dtype)
 
 
@@ -104,7 +105,8 @@ def compile_paged_mla_decode(variants: list[tuple[int, int, int]], pool_dtype: s
     signature.update({"out_ptr": "*fp32", "q_latent_ptr": f"*{pool_dtype}", "q_rope_ptr": f"*{pool_dtype}",
                       "c_kv_pool_ptr": f"*{pool_dtype}", "k_rope_pool_ptr": f"*{pool_dtype}",
                       "block_tables_ptr": "*i32", "context_lens_ptr": "*i32", "scale": "fp32"})
-    constexprs = [{"BLOCK_H": MLA_BLOCK_H, "BLOCK_SIZE": block_size, "D_LATENT": d_c, "D_ROPE": d_r}
+    constexprs = [{"BLOCK_H": MLA_BLOCK_H, "BLOCK_SIZE": block_size, "D_LATENT": d_c, "D_ROPE": d_r,
+                   "DOT_PRECISION": dot_precision(pool_dtype)}
                   for block_size, d_c, d_r in variants]
     divisible = tuple(name for name in signature                    # a block table's row length may be anything
                       if name.endswith("_ptr") or name.startswith("stride") and name != "stride_tb")

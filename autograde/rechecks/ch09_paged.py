@@ -114,57 +114,59 @@ result = [_tensor(record)]
 SCHEDULE_CODE = STAND_INS + '''
 class _Manager:
     def __init__(self, num_free, block_size=4):
-        self.allocator, self.block_size, self.held = SimpleNamespace(num_free=num_free), block_size, {}
+        self.allocator, self.block_size, self.taken = SimpleNamespace(num_free=num_free), block_size, {}
     def blocks_for(self, n):
         return -(-n // self.block_size)
-    def can_allocate(self, seq, reserve=0):
-        return self.blocks_for(len(seq.token_ids)) + reserve <= self.allocator.num_free
     def allocate(self, seq):
-        need = self.blocks_for(len(seq.token_ids))
+        if seq.seq_id in self.taken:
+            raise RuntimeError("allocated twice")
+        seq.num_computed, self.taken[seq.seq_id] = 0, 0
+    def blocks_needed(self, seq, n):
+        return self.blocks_for(seq.num_computed + n) - self.taken[seq.seq_id]
+    def allocate_slots(self, seq, n):
+        need = self.blocks_needed(seq, n)
         if need > self.allocator.num_free:
-            raise RuntimeError("allocated without room")
+            raise RuntimeError("slots without room")
         self.allocator.num_free -= need
-        self.held[seq.seq_id], seq.num_cached = need, len(seq.token_ids)
-    def blocks_to_append(self, seq):
-        return int(seq.num_cached % self.block_size == 0)
-    def can_append(self, seq):
-        return self.blocks_to_append(seq) <= self.allocator.num_free
-    def append(self, seq):
-        need = self.blocks_to_append(seq)
-        if need > self.allocator.num_free:
-            raise RuntimeError("appended without room")
-        self.allocator.num_free -= need
-        self.held[seq.seq_id] += need
-        seq.num_cached += 1
+        self.taken[seq.seq_id] += need
     def free(self, seq):
-        self.allocator.num_free += self.held.pop(seq.seq_id)
-        seq.num_cached = 0
+        self.allocator.num_free += self.taken.pop(seq.seq_id)
+        seq.num_computed = seq.num_scheduled = 0
+    def fork(self, parent, child):
+        raise RuntimeError("no forks in this probe")
 record = []
-for num_free, lengths in zip(inputs["num_free"].tolist(), inputs["lengths"].tolist()):
+for num_free, budget, lengths in zip(inputs["num_free"].tolist(), inputs["budget"].tolist(), inputs["lengths"].tolist()):
     manager = _Manager(num_free)          # too few blocks for all: sequences are preempted and recomputed
-    waiting = deque(Sequence(i, [1] * n, n, 10) for i, n in enumerate(lengths))
-    running = []
-    for _ in range(200):
-        if not (waiting or running):
+    scheduler = Scheduler(manager, max_num_seqs=4, max_num_batched_tokens=budget)
+    for i, n in enumerate(lengths):
+        scheduler.add(Sequence(i, [1] * n, SamplingParams(max_new_tokens=6)))
+    for _ in range(300):
+        if not scheduler.has_unfinished():
             break
-        step = schedule(waiting, running, manager, 4, 24)
-        record += [-1 if step.kind == "prefill" else -2, *[s.seq_id for s in step.seqs], -3,
-                   *[s.seq_id for s in step.preempted], -4, manager.allocator.num_free]
-        for seq in step.seqs:
-            seq.token_ids.append(7)
-        for seq in [s for s in running if s.num_generated >= s.max_new_tokens]:
-            running.remove(seq)
-            manager.free(seq)
-manager, running = _Manager(4), [Sequence(i, [1] * 4, 4, 10) for i in range(3)]
-for seq in running:
+        out = scheduler.schedule()
+        record += [-1, *[x for s in out.seqs for x in (s.seq_id, s.num_scheduled)], -3,
+                   *[s.seq_id for s in out.preempted], -4, manager.allocator.num_free]
+        for seq in out.seqs:
+            seq.num_computed += seq.num_scheduled
+            if seq.num_computed == seq.num_tokens:
+                seq.token_ids.append(7)
+        for seq in [s for s in scheduler.running if s.finished]:
+            scheduler.finish(seq)
+manager = _Manager(4)
+scheduler = Scheduler(manager, max_num_seqs=4, max_num_batched_tokens=24, preemption=False)
+for i in range(3):
+    seq = Sequence(i, [1] * 4, SamplingParams(max_new_tokens=10))
     manager.allocate(seq)
+    manager.allocate_slots(seq, 4)
+    seq.num_computed = 4
     seq.token_ids.append(7)
+    scheduler.running.append(seq)
 try:                                      # three sequences need a block each, one is free, preemption is off
-    schedule(deque(), running, manager, 4, 24, preemption=False)
+    scheduler.schedule()
     record.append(0)
 except OutOfBlocks:
     record.append(1)
-record += [manager.allocator.num_free, len(running), *[seq.num_cached for seq in running]]
+record += [manager.allocator.num_free, len(scheduler.running), *[seq.num_scheduled for seq in scheduler.running]]
 result = [_tensor(record)]
 '''
 
@@ -173,9 +175,10 @@ def _course(code: str):
     """The reference: the probe's own code run by the trusted grader on the course's attnlab.serving."""
     def reference(inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         from attnlab.serving import block_allocator, block_manager, block_table, copy_on_write, paged_kv, prefix_cache
-        from attnlab.serving import scheduler
+        from attnlab.serving import scheduler, sequence
         scope = {"inputs": inputs}
-        for module in (block_allocator, block_table, paged_kv, copy_on_write, prefix_cache, block_manager, scheduler):
+        for module in (block_allocator, block_table, paged_kv, copy_on_write, prefix_cache, sequence, block_manager,
+                       scheduler):
             scope.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
         exec(compile(code, "<course reference>", "exec"), scope)
         return tuple(scope["result"])
@@ -224,7 +227,8 @@ def _prefix_inputs(g):
 
 
 def _schedule_inputs(g):
-    return {"num_free": torch.tensor([6, 7, 9, 12]), "lengths": torch.randint(1, 14, (4, 7), generator=g)}
+    return {"num_free": torch.tensor([6, 7, 9, 12]), "budget": torch.randint(4, 30, (4,), generator=g),
+            "lengths": torch.randint(1, 14, (4, 7), generator=g)}
 
 
 def _probe(inputs, code, rtol=0.0, atol=0.0):
