@@ -42,6 +42,9 @@ class _Cache:
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
         self.length = self.k.shape[2]
         return self.k, self.v
+    def attend(self, q, k, v, mask, attention_fn):
+        k, v = self.append(k, v)
+        return attention_fn(q, k, v, mask)[0]
 
 
 class _Attention(nn.Module):
