@@ -201,7 +201,7 @@ SUBPACKAGES = {
     "serving": "serving many requests at once: the paged KV cache (block allocator, block tables, copy-on-write, "
                "prefix cache), paged attention, the scheduler and the engine",
     "kernels": "Triton kernels: paged decode attention for grouped-query heads and for MLA, their ahead-of-time "
-               "compile for Hopper, and the switch that puts them under the serving engine",
+               "compile for Hopper, and the switch to Triton's interpreter on a machine without a CUDA GPU",
 }
 
 

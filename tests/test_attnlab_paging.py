@@ -370,3 +370,16 @@ def test_deepseek_configs_mla_does_not_model_are_refused():
         mla_config_from_deepseek(base | {"rope_interleave": False})
     with pytest.raises(ValueError, match="attention_bias"):
         mla_config_from_deepseek(base | {"attention_bias": True})
+
+
+def test_paged_attention_on_bf16_pools_accumulates_in_float32():
+    """FlashMLA's check, on chapter 9's reference: bf16 pools and queries against a float32 reference on the same
+    bf16 values; a bf16 softmax and bf16 sums fail its cosine bound in most cases."""
+    k_pool, v_pool, tables, lens_t, keys, values = _paged([7, 16, 40, 65], 2, 64, 16, seed=3)
+    k_pool, v_pool = k_pool.nan_to_num(0).bfloat16(), v_pool.nan_to_num(0).bfloat16()
+    q = torch.randn(4, 8, 1, 64, dtype=torch.float64).bfloat16()
+    z = paged_attention(q, k_pool, v_pool, tables, lens_t)
+    assert z.dtype == torch.bfloat16
+    want = paged_attention(q.float(), k_pool.float(), v_pool.float(), tables, lens_t)
+    cosine = F.cosine_similarity(z.double().flatten(), want.double().flatten(), dim=0)
+    assert 1 - cosine < 5e-6, f"cosine distance {1 - cosine:.2e} against float32 on the same bf16 inputs"

@@ -68,10 +68,12 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     """Decode attention on the paged cache, the reference the GPU kernels must equal.
 
     q: (B, H, 1, D), each sequence's newest query, whose own key is already in the pool; the pools as in
-    write_paged; block_tables (B, max_blocks); context_lens (B,). Returns z: (B, H, 1, D)."""
+    write_paged; block_tables (B, max_blocks); context_lens (B,). Returns z: (B, H, 1, D) in q's dtype, computed
+    in float32 at least, as the kernels accumulate: bf16 scores and sums would lose what the kernels keep."""
     k = gather_paged(k_pool, block_tables, context_lens)                  # (B, H_kv, S, D)
     v = gather_paged(v_pool, block_tables, context_lens)
     s = k.shape[2]
     real = torch.arange(s, device=q.device)[None, :] >= (s - context_lens.long())[:, None]     # (B, S)
-    z, _ = grouped_query_attention(q, k, v, real[:, None, None, :])
-    return z
+    work = torch.promote_types(q.dtype, torch.float32)                    # float64 stays float64
+    z, _ = grouped_query_attention(q.to(work), k.to(work), v.to(work), real[:, None, None, :])
+    return z.to(q.dtype)
