@@ -139,7 +139,7 @@ SERVE = """
 import attnlab.serving.engine
 assert attnlab.serving.engine.__file__.startswith(EXPORTED), attnlab.serving.engine.__file__
 from attnlab.serve import main
-main(["--max-new-tokens", "24", "--num-blocks", "8"])
+main(["--max-new-tokens", "24", "--num-blocks", "6"])
 """
 
 KERNELS = """
