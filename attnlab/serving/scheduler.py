@@ -95,7 +95,7 @@ class Scheduler:
            most what is left of max_num_batched_tokens (1 for a decode; a chunk of a prompt still being
            prefilled). While manager.blocks_needed(seq, n) exceeds the free blocks, preempt the newest running
            sequence (self.preempt), which may be seq itself (then seq is not scheduled). Otherwise
-           manager.allocate_slots(seq, n), set seq.num_scheduled = n, and take n from the budget.
+           manager.allocate_slots(seq, n), record n in seq.num_scheduled, and take n from the budget.
         2. Only if nothing was preempted in this step: waiting sequences, oldest first, while the budget lasts.
            Stop at the first that does not fit; never skip one. It fits when
            - the rows running (self.num_rows, those admitted before it in this step included) plus its own

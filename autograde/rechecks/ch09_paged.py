@@ -152,6 +152,20 @@ for num_free, budget, lengths in zip(inputs["num_free"].tolist(), inputs["budget
                 seq.token_ids.append(7)
         for seq in [s for s in scheduler.running if s.finished]:
             scheduler.finish(seq)
+for num_free, blocks in zip(inputs["crowded_free"].tolist(), inputs["crowded_blocks"].tolist()):
+    manager = _Manager(100)               # four running sequences with full blocks: each next token needs a block
+    scheduler = Scheduler(manager, max_num_seqs=8, max_num_batched_tokens=64)
+    for i, n in enumerate(blocks):
+        seq = Sequence(i, [1] * (4 * n), SamplingParams(max_new_tokens=10))
+        manager.allocate(seq)
+        manager.allocate_slots(seq, seq.num_tokens)
+        seq.num_computed = seq.num_tokens
+        seq.token_ids.append(7)
+        scheduler.running.append(seq)
+    manager.allocator.num_free = num_free
+    out = scheduler.schedule()
+    record += [-5, *[s.seq_id for s in out.seqs], -6, *[s.seq_id for s in out.preempted],
+               *[s.seq_id for s in scheduler.waiting]]
 manager = _Manager(4)
 scheduler = Scheduler(manager, max_num_seqs=4, max_num_batched_tokens=24, preemption=False)
 for i in range(3):
@@ -227,8 +241,10 @@ def _prefix_inputs(g):
 
 
 def _schedule_inputs(g):
-    return {"num_free": torch.tensor([6, 7, 9, 12]), "budget": torch.randint(4, 30, (4,), generator=g),
-            "lengths": torch.randint(1, 14, (4, 7), generator=g)}
+    # Twelve runs, on pools of 5 to 12 blocks: preemption with several candidates is then all but certain.
+    return {"num_free": torch.tensor([5, 6, 6, 7, 7, 8, 8, 9, 9, 10, 11, 12]),
+            "budget": torch.randint(4, 30, (12,), generator=g), "lengths": torch.randint(1, 14, (12, 7), generator=g),
+            "crowded_free": torch.randint(0, 3, (4,), generator=g), "crowded_blocks": torch.randint(1, 4, (4, 4), generator=g)}
 
 
 def _probe(inputs, code, rtol=0.0, atol=0.0):
