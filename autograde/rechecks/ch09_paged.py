@@ -114,15 +114,16 @@ result = [_tensor(record)]
 SCHEDULE_CODE = STAND_INS + '''
 class _Manager:
     def __init__(self, num_free, block_size=4):
-        self.allocator, self.block_size, self.taken = SimpleNamespace(num_free=num_free), block_size, {}
+        self.allocator, self.block_size = SimpleNamespace(num_free=num_free), block_size
+        self.taken, self.shared = {}, {}
     def blocks_for(self, n):
         return -(-n // self.block_size)
     def allocate(self, seq):
         if seq.seq_id in self.taken:
             raise RuntimeError("allocated twice")
-        seq.num_computed, self.taken[seq.seq_id] = 0, 0
+        seq.num_computed, self.taken[seq.seq_id], self.shared[seq.seq_id] = 0, 0, 0
     def blocks_needed(self, seq, n):
-        return self.blocks_for(seq.num_computed + n) - self.taken[seq.seq_id]
+        return self.blocks_for(seq.num_computed + n) - self.taken[seq.seq_id] - self.shared[seq.seq_id]
     def allocate_slots(self, seq, n):
         need = self.blocks_needed(seq, n)
         if need > self.allocator.num_free:
@@ -131,25 +132,33 @@ class _Manager:
         self.taken[seq.seq_id] += need
     def free(self, seq):
         self.allocator.num_free += self.taken.pop(seq.seq_id)
+        self.shared.pop(seq.seq_id)
         seq.num_computed = seq.num_scheduled = 0
     def fork(self, parent, child):
-        raise RuntimeError("no forks in this probe")
+        self.taken[child.seq_id] = 0
+        self.shared[child.seq_id] = self.taken[parent.seq_id] + self.shared[parent.seq_id]
+        child.num_computed = parent.num_computed
 record = []
 for num_free, budget, lengths in zip(inputs["num_free"].tolist(), inputs["budget"].tolist(), inputs["lengths"].tolist()):
     manager = _Manager(num_free)          # too few blocks for all: sequences are preempted and recomputed
     scheduler = Scheduler(manager, max_num_seqs=4, max_num_batched_tokens=budget)
-    for i, n in enumerate(lengths):
-        scheduler.add(Sequence(i, [1] * n, SamplingParams(max_new_tokens=6)))
+    for i, n in enumerate(lengths):       # every other request asks for 3 samples, which count as 3 rows
+        samples = 3 if i % 2 else 1
+        params = SamplingParams(max_new_tokens=6, temperature=1.0 if samples > 1 else 0.0, n=samples)
+        seq = Sequence(10 * i, [1] * n, params)
+        seq.forks = [Sequence(10 * i + j, [1] * n, params, sample=j) for j in range(1, samples)]
+        scheduler.add(seq)
     for _ in range(300):
         if not scheduler.has_unfinished():
             break
         out = scheduler.schedule()
         record += [-1, *[x for s in out.seqs for x in (s.seq_id, s.num_scheduled)], -3,
-                   *[s.seq_id for s in out.preempted], -4, manager.allocator.num_free]
+                   *[s.seq_id for s in out.preempted], -4, manager.allocator.num_free, scheduler.num_rows]
         for seq in out.seqs:
             seq.num_computed += seq.num_scheduled
             if seq.num_computed == seq.num_tokens:
-                seq.token_ids.append(7)
+                for sample in [seq] + scheduler.fork(seq):
+                    sample.token_ids.append(7)
         for seq in [s for s in scheduler.running if s.finished]:
             scheduler.finish(seq)
 for num_free, blocks in zip(inputs["crowded_free"].tolist(), inputs["crowded_blocks"].tolist()):
