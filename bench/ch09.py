@@ -1,11 +1,13 @@
 """Chapter 9: the KV memory a contiguous cache wastes against paging (lognormal lengths, blocks of 16); how many
-sequences fit a fixed KV budget, paged against contiguous reservation; the engine's throughput on SmolLM2 for one
-mixed-length request set, with continuous batching, static padded batches, one request at a time and
-transformers' generate on the same static batches; and what prefix sharing saves, for a shared system prompt and
-for 4-way sampling."""
+sequences fit a fixed KV budget; what prefix sharing saves; the engine on SmolLM2 against static padded batches
+(attnlab's generate and transformers') on one request set, in interleaved rounds; its useful FLOP/s as a share of
+this machine's matmul rate and memory bandwidth, and whether a decode step is compute- or memory-bound; a serving
+trace with Poisson arrivals, chunked prefill on and off; host synchronisations per decode step."""
 from __future__ import annotations
 
 import math
+import platform
+import statistics
 import time
 from pathlib import Path
 
@@ -14,17 +16,25 @@ import torch
 
 from attnlab.decoding.generation import generate
 from attnlab.decoding.layout import prepare_for_decoding
+from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.serving.engine import Engine
 from attnlab.weights.gguf import load_llama_gguf
 from attnlab.weights.gguf_tokenizer import chat_prompt, tokenizer_from_gguf
 from tests.llama_reference import transformers_twin
 
-ROUNDS = 2                      # alternating runs of the engine and of static batching
+ROUNDS = 3                      # interleaved rounds of the engine and both static batchings; medians reported
 HELD_OUT = Path(__file__).resolve().parent.parent / "book" / "data" / "held_out.txt"
-BLOCK_SIZE, MAX_NEW = 16, 1024
+BLOCK_SIZE, MAX_NEW, BATCH = 16, 1024, 16
 QUESTIONS = ["What is the capital of France?", "Explain how a bicycle works.", "Write a short poem about rain.",
              "What do bees make?", "Give three tips for learning a language.", "Why is the sky blue?",
              "Describe a cat in two sentences.", "What is 12 plus 30?"]
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
 
 
 def _lengths(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -53,6 +63,41 @@ def _memory() -> list[str]:
     return lines
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The machine's two limits, measured in the same run as the engine
+def matmul_flops() -> float:
+    """FLOP/s of one float32 GEMM of 2048 x 2048 by 2048 x 2048 (2 n^3 FLOPs), median of 7."""
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a @ b
+    times = []
+    for _ in range(7):
+        start = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - start)
+    return 2 * 2048**3 / statistics.median(times)
+
+
+def read_bandwidth() -> float:
+    """Bytes per second of reading a 512 MiB float32 tensor once (a sum), median of 7."""
+    x = torch.ones(128 * 2**20)
+    times = []
+    for _ in range(7):
+        start = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - start)
+    return x.nbytes / statistics.median(times)
+
+
+def _flops_per_token(config, context: float) -> float:
+    """2 FLOPs per weight per token (every matrix, the output layer included; not the embedding lookup), plus
+    attention: q.k and p.v, 2 * 2 * n_heads * d_head FLOPs per key attended, in every layer."""
+    c = config
+    per_layer = 2 * (c.d_model * c.n_heads * c.d_head + 2 * c.d_model * c.n_kv_heads * c.d_head
+                     + c.n_heads * c.d_head * c.d_model + 3 * c.d_model * c.d_ff)
+    return c.n_layers * (per_layer + 4 * c.n_heads * c.d_head * context) + 2 * c.d_model * c.vocab_size
+
+
+# ---------------------------------------------------------------------------------------------------------------
 def _workload(tokenizer, count: int = 96) -> tuple[list[list[int]], list[int]]:
     """count chat requests with lognormal output budgets (median 24 tokens, at most 96): many more requests than
     the batch holds, as a server sees them."""
@@ -63,9 +108,8 @@ def _workload(tokenizer, count: int = 96) -> tuple[list[list[int]], list[int]]:
     return prompts, budgets
 
 
-def _static_batches(prompts, budgets, batch: int, generate_batch) -> int:
-    """Each batch left-padded and run until its longest request is done; returns the useful tokens."""
-    useful = 0
+def _static_batches(prompts, budgets, batch: int, generate_batch) -> None:
+    """Each batch left-padded and run until its longest request is done."""
     for start in range(0, len(prompts), batch):
         group, wanted = prompts[start:start + batch], budgets[start:start + batch]
         width = max(len(p) for p in group)
@@ -74,61 +118,178 @@ def _static_batches(prompts, budgets, batch: int, generate_batch) -> int:
         for row, p in enumerate(group):
             ids[row, width - len(p):], mask[row, width - len(p):] = torch.tensor(p), True
         generate_batch(ids, mask, max(wanted))
-        useful += sum(wanted)
-    return useful
 
 
 def _throughput(model, tokenizer) -> list[str]:
     import transformers
     transformers.utils.logging.set_verbosity_error()
     prompts, budgets = _workload(tokenizer)
-    batch = 16
     useful = sum(budgets)
-    seconds: dict[str, float] = {}
-    served: list[list[int]] = []
+    hf = transformers_twin(model)
+    served: dict[str, list[list[int]]] = {}
+    engines: list[Engine] = []
 
-    def continuous() -> list[list[int]]:
-        engine = Engine(model, num_blocks=512, block_size=BLOCK_SIZE, max_num_seqs=batch)
-        for p, n in zip(prompts, budgets):
-            engine.add_request(p, n)
-        return engine.run()
+    def engine_run() -> None:
+        engine = Engine(model, num_blocks=512, block_size=BLOCK_SIZE, max_num_seqs=BATCH)
+        ids = [engine.add_request(p, n)[0] for p, n in zip(prompts, budgets)]
+        result = engine.run()
+        served["engine"] = [result[i] for i in ids]
+        engines.append(engine)
 
-    def static() -> None:
-        _static_batches(prompts, budgets, batch, lambda ids, mask, n: generate(model, ids, n, attention_mask=mask))
-
-    # The ratio with a target: the two runs alternate, ROUNDS times, and each keeps its fastest, so that a burst of
-    # other work on the machine slows one round of both rather than one of them.
+    runs = {
+        "continuous batching, chunked prefill (the engine)": engine_run,
+        "static padded batches (attnlab's generate)": lambda: _static_batches(
+            prompts, budgets, BATCH, lambda ids, mask, n: generate(model, ids, n, attention_mask=mask)),
+        "static padded batches (transformers' generate)": lambda: _static_batches(
+            prompts, budgets, BATCH, lambda ids, mask, n: hf.generate(
+                ids, attention_mask=mask.long(), max_new_tokens=n, min_new_tokens=n, do_sample=False)),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
     with torch.no_grad():
-        for _ in range(ROUNDS):
-            for name, fn in (("continuous batching (attnlab's engine)", continuous),
-                             ("static padded batches (attnlab's generate)", static)):
+        for _ in range(ROUNDS):                      # interleaved: a burst of other work slows one round of all
+            for name, fn in runs.items():
                 started = time.perf_counter()
-                served = fn() or served
-                elapsed = time.perf_counter() - started
-                seconds[name] = min(seconds.get(name, elapsed), elapsed)
-        hf = transformers_twin(model)
-        started = time.perf_counter()
-        _static_batches(prompts, budgets, batch, lambda ids, mask, n: hf.generate(
-            ids, attention_mask=mask.long(), max_new_tokens=n, min_new_tokens=n, do_sample=False))
-        seconds["static padded batches (transformers' generate)"] = time.perf_counter() - started
-        started = time.perf_counter()                                 # the first batch's worth: slow
+                fn()
+                seconds[name].append(time.perf_counter() - started)
         alone = [generate(model, torch.tensor([p]), n).tokens[0, len(p):].tolist()
-                 for p, n in zip(prompts[:batch], budgets[:batch])]
-        seconds["one request at a time (attnlab's generate)"] = time.perf_counter() - started
-    same = sum(served[i] == a for i, a in enumerate(alone))
-    rate = {name: useful / s for name, s in seconds.items()}
-    rate["one request at a time (attnlab's generate)"] = sum(budgets[:batch]) / seconds[
-        "one request at a time (attnlab's generate)"]
-    base = rate["static padded batches (attnlab's generate)"]
-    lines = [f"SmolLM2, {len(prompts)} chat requests of {min(budgets)}-{max(budgets)} new tokens ({useful:,} in all), "
-             f"batch {batch}, greedy; useful tokens per second (the first two: best of {ROUNDS} alternating runs):"]
+                 for p, n in zip(prompts[:BATCH], budgets[:BATCH])]
+        flops, bandwidth = matmul_flops(), read_bandwidth()
+        decode_steps = _decode_step_times(model, prompts[0])
+    rate = {name: useful / statistics.median(s) for name, s in seconds.items()}
+    engine_rate = rate["continuous batching, chunked prefill (the engine)"]
+    same = sum(a == b for a, b in zip(served["engine"], alone))
+    lines = [f"machine: {cpu_model()}, {torch.get_num_threads()} threads; torch {torch.__version__}",
+             f"SmolLM2, {len(prompts)} chat requests of {min(budgets)}-{max(budgets)} new tokens ({useful:,} in all),"
+             f" batch {BATCH}, greedy; useful tokens per second, median of {ROUNDS} interleaved rounds:"]
     for name, r in rate.items():
-        lines.append(f"  {name:48s} {r:6.1f} tok/s, ratio to static batching = {r / base:.2f}x")
-    lines.append(f"  (one at a time: timed on the first {batch} requests.) The engine's outputs equal generating the "
-                 f"request alone for {same} of those {batch} (target: all); target: continuous batching >= 2x static")
+        spread = ", ".join(f"{useful / s:.0f}" for s in seconds[name])
+        lines.append(f"  {name:52s} {r:6.1f} tok/s (rounds: {spread}); the engine / this = {engine_rate / r:.2f}x")
+    lines.append(f"  targets: the engine >= 2.5x each static batching. Its outputs equal generating the request "
+                 f"alone for {same} of the first {BATCH} requests (target: all)")
+    stats = engines[-1].stats
+    config = model.config
+    mean_context = (statistics.mean(len(p) for p in prompts) + statistics.mean(budgets) / 2)
+    work = (stats.prefill_tokens + stats.decode_tokens) * _flops_per_token(config, mean_context)
+    engine_flops = work / stats.seconds
+    lines.append(f"this machine: float32 matmul {flops / 1e9:.1f} GFLOP/s (one 2048^3 GEMM), memory read "
+                 f"{bandwidth / 1e9:.1f} GB/s (a sum over 512 MiB); balance {flops / bandwidth:.1f} FLOP/byte")
+    lines.append(f"the engine's useful work: {engine_flops / 1e9:.1f} GFLOP/s ({stats.prefill_tokens:,} prompt + "
+                 f"{stats.decode_tokens:,} decode tokens x {_flops_per_token(config, mean_context) / 1e6:.0f} MFLOP "
+                 f"each, over its {stats.seconds:.1f} s of steps) = {engine_flops / flops:.0%} of the GEMM rate")
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    for batch, step in decode_steps.items():
+        flop = batch * _flops_per_token(config, len(prompts[0]) + 8)
+        bound = max(flop / flops, weight_bytes / bandwidth)
+        kind = "compute" if flop / flops > weight_bytes / bandwidth else "memory"
+        lines.append(f"  a decode step of {batch:2d} rows: {step * 1e3:6.1f} ms; at the GEMM rate its "
+                     f"{flop / 1e9:.2f} GFLOP take {flop / flops * 1e3:5.1f} ms, reading the {weight_bytes / 2**20:.0f}"
+                     f" MiB of weights takes {weight_bytes / bandwidth * 1e3:5.1f} ms: {kind}-bound "
+                     f"({flop / weight_bytes:.1f} FLOP/byte against a balance of {flops / bandwidth:.1f}); measured "
+                     f"at {bound / step:.0%} of that bound")
     return lines
 
 
+def _decode_step_times(model, prompt: list[int]) -> dict[int, float]:
+    """Median seconds of the engine's decode-only steps with 1 and 16 rows running."""
+    times = {}
+    for rows in (1, BATCH):
+        engine = Engine(model, num_blocks=512, block_size=BLOCK_SIZE, max_num_seqs=rows)
+        for i in range(rows):
+            engine.add_request(prompt, 40)
+        engine.step()                                                       # every prefill in one step
+        samples = []
+        for _ in range(24):
+            started = time.perf_counter()
+            engine.step()
+            samples.append(time.perf_counter() - started)
+        times[rows] = statistics.median(samples[4:])
+    return times
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def _trace_requests(tokenizer, count: int, seed: int) -> list[tuple[list[int], int]]:
+    """count requests of mixed lengths: prompts cut from held-out text at lognormal lengths (median 160 tokens,
+    at most 1,200), outputs lognormal (median 32 tokens, at most 128); no end-of-sequence, so every request
+    generates exactly its output length."""
+    text = tokenizer.encode(HELD_OUT.read_text(encoding="utf-8")).ids
+    rng = np.random.default_rng(seed)
+    prompt_lens = np.clip(rng.lognormal(math.log(160), 0.9, count), 8, 1200).astype(int)
+    output_lens = np.clip(rng.lognormal(math.log(32), 0.6, count), 4, 128).astype(int)
+    starts = rng.integers(0, len(text) - 1200, count)
+    return [(text[s:s + p], int(o)) for s, p, o in zip(starts, prompt_lens, output_lens)]
+
+
+def serve_trace(model, requests, rate: float, budget: int, seed: int) -> tuple[list[float], list[float]]:
+    """Serve requests arriving as a Poisson process of `rate` per second, on a simulated clock that moves by each
+    step's measured time (and jumps to the next arrival when nothing runs): time to first token and time per
+    output token after it, per request, in seconds (vLLM's benchmark_serving defines both so)."""
+    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1 / rate, len(requests)))
+    engine = Engine(model, num_blocks=1024, block_size=BLOCK_SIZE, max_num_seqs=BATCH,
+                    max_num_batched_tokens=budget)
+    clock, admitted, arrived, first, last = 0.0, 0, {}, {}, {}
+    while admitted < len(requests) or engine.has_unfinished():
+        while admitted < len(requests) and arrivals[admitted] <= clock:
+            prompt, n = requests[admitted]
+            arrived[engine.add_request(prompt, n)[0]] = arrivals[admitted]
+            admitted += 1
+        if not engine.has_unfinished():
+            clock = arrivals[admitted]
+            continue
+        started = time.perf_counter()
+        emitted = engine.step()
+        clock += time.perf_counter() - started
+        for seq_id, _ in emitted:
+            first.setdefault(seq_id, clock)
+            last[seq_id] = clock
+    ttft = [first[i] - arrived[i] for i in arrived]
+    tpot = [(last[i] - first[i]) / (n - 1) for i, (_, n) in zip(arrived, requests) if n > 1]
+    return ttft, tpot
+
+
+def _percentiles(xs: list[float]) -> str:
+    return f"p50 {np.percentile(xs, 50) * 1e3:6.0f} ms, p99 {np.percentile(xs, 99) * 1e3:6.0f} ms"
+
+
+def _trace(model, tokenizer) -> list[str]:
+    requests = _trace_requests(tokenizer, 48, seed=3)
+    prompt_lens = [len(p) for p, _ in requests]
+    lines = [f"serving trace: {len(requests)} requests, Poisson arrivals, prompts {min(prompt_lens)}-"
+             f"{max(prompt_lens)} tokens (median {int(np.median(prompt_lens))}), outputs "
+             f"{min(n for _, n in requests)}-{max(n for _, n in requests)} tokens, max_num_seqs {BATCH}:"]
+    settings = {"chunked prefill on (budget 256 tokens)": 256, "chunked prefill off (budget 2,048 tokens)": 2048}
+    with torch.no_grad():
+        for rate in (1.0, 2.0):
+            for name, budget in settings.items():
+                ttft, tpot = serve_trace(model, requests, rate, budget, seed=4)
+                lines.append(f"  {rate:.0f} request/s, {name:42s} TTFT {_percentiles(ttft)}; "
+                             f"TPOT {_percentiles(tpot)}")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def host_syncs_per_decode_step(n_layers: int) -> int:
+    """Operations that read a tensor back to the host (torch's profiler: _local_scalar_dense for item(), nonzero
+    for boolean indexing) in one decode step of 6 sequences, on a random model of n_layers layers."""
+    torch.manual_seed(0)
+    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, n_layers=n_layers,
+                              max_seq_len=80)).eval()
+    engine = Engine(model, num_blocks=64, block_size=4, max_num_seqs=8)
+    for i in range(6):
+        engine.add_request([1 + i, 2, 3, 4, 5], 20)
+    for _ in range(3):
+        engine.step()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        engine.step()
+    return sum(event.name in ("aten::_local_scalar_dense", "aten::nonzero") for event in prof.events())
+
+
+def _syncs() -> list[str]:
+    two, thirty = host_syncs_per_decode_step(2), host_syncs_per_decode_step(30)
+    return [f"host synchronisations per decode step (torch's profiler): {two} with 2 layers, {thirty} with 30 "
+            f"(target: the same; before the packed engine, 2 + 2 per layer + 13)"]
+
+
+# ---------------------------------------------------------------------------------------------------------------
 def _sharing(model, tokenizer) -> list[str]:
     system = " ".join(HELD_OUT.read_text(encoding="utf-8").split()[:220])
     chats = [tokenizer.encode(chat_prompt([{"role": "user", "content": q}], system=system)).ids for q in QUESTIONS]
@@ -166,8 +327,8 @@ def _sharing(model, tokenizer) -> list[str]:
 
 def run() -> list[str]:
     torch.set_num_threads(2)
-    lines = _memory()
+    lines = _memory() + _syncs()
     model, metadata = load_llama_gguf(max_seq_len=2048)
     prepare_for_decoding(model)
     tokenizer = tokenizer_from_gguf(metadata)
-    return lines + _sharing(model, tokenizer) + _throughput(model, tokenizer)
+    return lines + _sharing(model, tokenizer) + _throughput(model, tokenizer) + _trace(model, tokenizer)

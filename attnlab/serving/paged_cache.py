@@ -62,7 +62,7 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device) -> S
     them), each computing seq.num_scheduled tokens from position seq.num_computed."""
     token_ids, positions, slots, starts, last = [], [], [], [0], []
     num_decodes = sum(seq.num_scheduled == 1 for seq in seqs)
-    tables, lens, chunks = [], [], []
+    tables, lens, contexts, chunks = [], [], [], []
     for seq in seqs:
         first, end = seq.num_computed, seq.num_computed + seq.num_scheduled
         context = slot_mapping(seq.block_table, torch.arange(end), block_size)         # (end,) your exercise 2
@@ -72,6 +72,7 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device) -> S
         if seq.num_scheduled == 1:
             tables.append(seq.block_table)
             lens.append(end)
+            contexts.append(context)
         else:
             causal = torch.arange(end)[None, :] <= torch.arange(first, end)[:, None]      # (chunk, end)
             chunks.append(PrefillChunk(starts[-1], starts[-1] + seq.num_scheduled, context.to(device),
@@ -82,8 +83,8 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device) -> S
     max_blocks = max((len(t) for t in tables), default=1)
     block_tables = torch.tensor([t + [-1] * (max_blocks - len(t)) for t in tables], dtype=torch.int32)
     read_slots = torch.zeros(len(tables), s, dtype=torch.int64)
-    for row, (table, length) in enumerate(zip(tables, lens)):
-        read_slots[row, :length] = slot_mapping(table, torch.arange(length), block_size)
+    for row, context in enumerate(contexts):
+        read_slots[row, :len(context)] = context
     lengths = torch.tensor(lens, dtype=torch.int32)
     return StepMetadata(
         token_ids=torch.tensor([token_ids], device=device), positions=torch.tensor([positions], device=device),
