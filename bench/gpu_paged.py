@@ -6,7 +6,8 @@ On a CUDA GPU (written for an H200; a few minutes):
      32-128 and contexts of 1k-32k, beside torch's attention on the same K/V (gathered, and already contiguous),
      and FlashInfer or flash-attn when they are installed;
   3. the same for paged MLA decode at DeepSeek-V3's dims (128 heads, a 512 + 64 latent, blocks of 64);
-  4. chapter 9's engine on a random model of SmolLM2's shape, decoding with the kernels and with torch.
+  4. chapter 9's engine on a random model of SmolLM2's shape, decoding with the kernels and with torch;
+  5. one packed step of that engine (64 decodes and a prompt's prefill chunk), on the kernels and on torch.
 With --smoke it runs the same code at tiny sizes in Triton's interpreter, to check the script on a CPU.
 """
 from __future__ import annotations
@@ -263,12 +264,48 @@ def bench_engine(device, quick: bool) -> list[str]:
     return lines
 
 
+def bench_packed_step(device, quick: bool) -> list[str]:
+    """One packed step as the engine runs it: every running sequence's decode token and a new prompt's prefill
+    chunk in one forward pass, with the decodes' attention on the kernels or on torch (gathered keys)."""
+    from attnlab.models.llama import Llama, LlamaConfig
+    from attnlab.serving.engine import Engine
+    torch.manual_seed(0)
+    config = (LlamaConfig(vocab_size=64, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, n_layers=2, max_seq_len=256)
+              if quick else LlamaConfig(vocab_size=49152, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536,
+                                        n_layers=30, max_seq_len=4096, rope_theta=1e5))
+    model = Llama(config).to(device).eval()
+    g = torch.Generator().manual_seed(2)
+    decodes, context, chunk, repeats = (3, 40, 16, 3) if quick else (64, 1024, 256, 10)
+    lines = []
+    for attention in ("torch", "triton"):
+        engine = Engine(model, num_blocks=64 if quick else 8192, block_size=16, max_num_seqs=decodes + repeats + 1,
+                        max_num_batched_tokens=decodes * context + chunk, attention=attention)
+        for _ in range(decodes):
+            engine.add_request(torch.randint(0, config.vocab_size, (context,), generator=g).tolist(), 4 * repeats)
+        engine.step()                                                   # every prompt in one step
+        times = []
+        for _ in range(repeats):                                        # each step: the decodes + one new prompt
+            engine.add_request(torch.randint(0, config.vocab_size, (chunk,), generator=g).tolist(), 4 * repeats)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            engine.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        step = statistics.median(times)
+        lines.append(f"packed step, {decodes}+ decodes at ~{context} tokens of context + a {chunk}-token prompt, "
+                     f"{attention:6s} decode attention: {step * 1e3:7.2f} ms (median of {repeats})")
+    return lines
+
+
 def sections(device: torch.device, smoke: bool):
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     yield (f"device: {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu (interpreter)'}; "
            f"torch {torch.__version__}")
     for section in (lambda: check_correctness(device, dtype, smoke), lambda: bench_gqa(device, dtype, smoke),
-                    lambda: bench_mla(device, dtype, smoke), lambda: bench_engine(device, smoke)):
+                    lambda: bench_mla(device, dtype, smoke), lambda: bench_engine(device, smoke),
+                    lambda: bench_packed_step(device, smoke)):
         yield from section()            # each section's lines as soon as it is done
 
 

@@ -40,7 +40,10 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve lab refresh export chat
+.PHONY: help system setup book serve lab refresh export chat engine
+
+# ATTNLAB=_student runs your own package (`make export`) instead of this copy's reference code, as in the course.
+ATTNLAB ?=
 
 help:
 \t@echo "make book     build the website into _build/html"
@@ -48,7 +51,8 @@ help:
 \t@echo "make lab      JupyterLab on work/, your own copy of exercises/ (LAB_PORT=$(LAB_PORT))"
 \t@echo "make refresh  bring work/ up to date with a new copy of the course, keeping your answers"
 \t@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
-\t@echo "make chat     chat with SmolLM2 on your own attnlab (after chapter 7 and make export)"
+\t@echo "make chat     chat with SmolLM2-135M-Instruct (ATTNLAB=_student: on your own export; chapter 7 on)"
+\t@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
 
 system:
 \t@bash coursekit/system_packages.sh
@@ -80,8 +84,12 @@ refresh: $(STAMP)
 export: $(STAMP)
 \t$(PY) -m coursekit.export
 
+# Awake threads decode faster: these two run without the PASSIVE OpenMP policy the rest sets.
 chat: $(STAMP)
-\tPYTHONPATH=_student env -u OMP_WAIT_POLICY $(PY) -P -m attnlab.chat    # awake threads decode faster
+\tPYTHONPATH=$(ATTNLAB) env -u OMP_WAIT_POLICY $(PY) -P -m attnlab.chat
+
+engine: $(STAMP)
+\tPYTHONPATH=$(ATTNLAB) env -u OMP_WAIT_POLICY $(PY) -P -m attnlab.serve $(if $(PROMPTS),--prompts $(PROMPTS))
 """
 
 README = """# Attention, from QKV to PagedAttention: your copy of the course

@@ -125,3 +125,22 @@ def test_no_equation_or_output_is_clipped(site, repo, width):
                         problems.append(f"{where}: wider than its box and cut off")
             b.page.screenshot(path=str(shots / f"{chapter.replace('/', '-')}-{width}px.png"), full_page=True)
     assert not problems, "\n".join(problems)
+
+
+def test_the_intro_table_lists_every_chapter_of_the_table_of_contents(repo):
+    """The intro's chapter table, against _toc.yml and each page's own title: a chapter added, renamed or
+    reordered without the table fails here (the table once said chapter 9 was "coming" after it shipped)."""
+    import yaml
+    toc = yaml.safe_load((repo / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    expected = []
+    for number, page in enumerate(pages, start=1):
+        title = next(line[2:] for line in (repo / f"{page}.md").read_text(encoding="utf-8").splitlines()
+                     if line.startswith("# "))
+        stem = page.split("/")[-1]
+        expected.append((str(number), f"{number}. ", title, stem))
+    rows = re.findall(r"^\| (\d+) \| \[([^\]]+)\]\(([\w]+)\.md\) \| \[notebook\]\(\.\./exercises/(\w+)/(\w+)\.ipynb\) \|$",
+                      (repo / "book" / "intro.md").read_text(encoding="utf-8"), re.M)
+    assert [(n, f"{n}. {t}", f) for n, t, f, _, _ in rows] == [(n, t, s) for n, _, t, s in expected], (
+        "book/intro.md's chapter table must list _toc.yml's chapters in order, each with its page's title")
+    assert all(d == f == s for (_, _, _, d, f), (_, _, _, s) in zip(rows, expected)), "each row links its notebook"

@@ -33,14 +33,17 @@ def new_paged_caches(config, num_blocks: int, block_size: int, dtype: torch.dtyp
             for _ in range(config.n_layers)]
 
 
-def choose_decode_kernel(choice: str, config, block_size: int, device: torch.device,
+def choose_decode_kernel(choice: str | Callable, config, block_size: int, device: torch.device,
                          validate: bool = False) -> Callable | None:
     """The one place that picks how decode tokens attend: None for torch's attention on keys gathered from the
     pool ("torch"), or chapter 10's Triton kernel ("triton"), which reads the pool where it lies. "auto": the
     kernel on a CUDA GPU when the shapes fit it, torch otherwise. The kernels live in attnlab.kernels, which
-    knows nothing of the engine; it is imported only when chosen."""
+    knows nothing of the engine; it is imported only when chosen. A callable is taken as the decode kernel
+    itself (chapter 10's demo gives the engine the kernels of its notebook)."""
+    if callable(choice):
+        return choice
     if choice not in ("auto", "triton", "torch"):
-        raise ValueError(f"attention must be 'auto', 'triton' or 'torch', got {choice!r}")
+        raise ValueError(f"attention must be 'auto', 'triton', 'torch' or a decode kernel, got {choice!r}")
     latent = hasattr(config, "kv_lora_rank")
     dims = (block_size, config.kv_lora_rank, config.qk_rope_head_dim) if latent else (block_size, config.d_head)
     fits = all(d >= 16 and not d & (d - 1) for d in dims) and (not latent or config.n_rope_heads == 1)
@@ -65,6 +68,7 @@ class EngineStats:
     decode_tokens: int = 0
     preemptions: int = 0
     peak_blocks: int = 0                  # the most blocks held at once
+    peak_rows: int = 0                    # the most rows running at once, forks included
     seconds: float = 0.0
 
 
@@ -77,7 +81,7 @@ class Engine:
 
     def __init__(self, model: LanguageModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, prefix_caching: bool = True, preemption: bool = True,
-                 attention: str = "auto", validate: bool = False):
+                 attention: str | Callable = "auto", validate: bool = False):
         self.model, self.config = model, model.config
         self.manager = BlockManager(num_blocks, block_size, prefix_caching)
         self.scheduler = Scheduler(self.manager, max_num_seqs, max_num_batched_tokens, preemption)
@@ -171,6 +175,7 @@ class Engine:
         self.stats.preemptions += len(batch.preempted)
         held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
         self.stats.peak_blocks = max(self.stats.peak_blocks, held)
+        self.stats.peak_rows = max(self.stats.peak_rows, self.scheduler.num_rows)
         for row, seq in enumerate(batch.seqs):
             if seq.num_scheduled == 1 and seq.num_generated > 0:
                 self.stats.decode_tokens += 1

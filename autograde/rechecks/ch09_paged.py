@@ -73,7 +73,12 @@ for block_size in (1, 4, 16):
 WRITE_CODE = '''
 k_pool, v_pool = inputs["k_pool"].clone(), inputs["v_pool"].clone()
 write_paged(k_pool, v_pool, inputs["k"], inputs["v"], inputs["slots"])
-result = [k_pool, v_pool]
+refused = 0.0
+try:                                                # slot -1, nano-vllm's padding mark: refused, the pool unchanged
+    write_paged(k_pool, v_pool, inputs["k"][:1], inputs["v"][:1], inputs["slots"][:1] * 0 - 1)
+except ValueError:
+    refused = 1.0
+result = [k_pool, v_pool, torch.tensor([refused], dtype=torch.float64)]
 '''
 
 GATHER_CODE = '''
