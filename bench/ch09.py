@@ -173,7 +173,7 @@ def _throughput(model, tokenizer) -> list[str]:
     static = [name for name in rate if name.startswith("static")]
     for name, r in rate.items():
         spread = ", ".join(f"{useful / s:.0f}" for s in seconds[name])
-        ratios = "" if name in static else "; " + ", ".join(f"{r / rate[s]:.2f}x {s[22:-1]}" for s in static)
+        ratios = "" if name in static else "; " + ", ".join(f"{r / rate[s]:.2f}x {s[23:-1]}'s" for s in static)
         lines.append(f"  {name:52s} {r:6.1f} tok/s (rounds: {spread}){ratios}")
     peak = max(e.stats.peak_rows for e in engines)
     lines.append(f"  target: the engine >= 2.5x each static batching. In the static batches' memory, up to "
@@ -194,7 +194,7 @@ def _throughput(model, tokenizer) -> list[str]:
         flop = batch * _flops_per_token(config, len(prompts[0]) + 8)
         bound = max(flop / flops, weight_bytes / bandwidth)
         kind = "compute" if flop / flops > weight_bytes / bandwidth else "memory"
-        lines.append(f"  a decode step of {batch:2d} rows: {step * 1e3:6.1f} ms; at the GEMM rate its "
+        lines.append(f"  a decode step of {batch:2d} row{'s' if batch > 1 else ' '}: {step * 1e3:6.1f} ms; at the GEMM rate its "
                      f"{flop / 1e9:.2f} GFLOP take {flop / flops * 1e3:5.1f} ms, reading the {weight_bytes / 2**20:.0f}"
                      f" MiB of weights takes {weight_bytes / bandwidth * 1e3:5.1f} ms: {kind}-bound "
                      f"({flop / weight_bytes:.1f} FLOP/byte against a balance of {flops / bandwidth:.1f}); measured "
