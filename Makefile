@@ -104,7 +104,8 @@ train: $(STAMP)
 UPTO ?=
 student-release: $(STAMP)
 	@test -n "$(UPTO)" || { echo "name the first chapter not yet graded: make student-release UPTO=ch03"; exit 2; }
-	$(PY) -m coursekit.student_release $(UPTO)
+	@test -f _build/html/index.html || $(MAKE) book
+	$(PY) -m coursekit.student_release $(UPTO) --site _build/html
 
 clean:
 	rm -rf _build _student _release .pytest_cache

@@ -8,7 +8,9 @@ UPTO is the first chapter the class has not been graded on yet (say ch03). The c
   every chapter up to UPTO (the releases, with no solutions and no hidden tests);
 - the reference attnlab of the chapters before UPTO only, assembled from their export cells (as the grading
   sandbox is), so no line of chapter UPTO or later is in it;
-- the student side of the tooling (make lab, make export, make book) and a README.
+- the student side of the tooling (make lab, make export, make book) and a README;
+- with --site (make student-release does it): the website built from the full course, its pages of chapters 1 to
+  UPTO only, in site/, so that the chapter being graded can be read (its pages show usage and outputs, not answers).
 It holds no solutions/, no autograde/, no tests/ (whose known-wrong set is close to the answers) and no bench/.
 Everything in it is generated: make it again for the next chapter.
 """
@@ -40,7 +42,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve lab refresh export chat engine
+.PHONY: help system setup book serve lab refresh export chat engine bench train
 
 # ATTNLAB=_student runs your own package (`make export`) instead of this copy's reference code, as in the course.
 ATTNLAB ?=
@@ -90,6 +92,11 @@ chat: $(STAMP)
 
 engine: $(STAMP)
 \tPYTHONPATH=$(ATTNLAB) env -u OMP_WAIT_POLICY $(PY) -P -m attnlab.serve $(if $(PROMPTS),--prompts $(PROMPTS))
+
+# The pages name these two; they need the full course repository (bench/ times the reference code, and the
+# translator's checkpoint is written next to chapter 6's solution notebook).
+bench train:
+\t@echo "make $@ runs in the full course repository, not in this student copy (it has no bench/ or solutions/)"; exit 2
 """
 
 README = """# Attention, from QKV to PagedAttention: your copy of the course
@@ -97,8 +104,8 @@ README = """# Attention, from QKV to PagedAttention: your copy of the course
 This copy holds the chapters up to {upto_title}: the pages of chapters {pages}, and the exercise notebooks
 of chapters {exercises}. Your instructor gives you a new copy when the next chapter opens.
 
-```sh
-make book      # build the website into _build/html, then open _build/html/index.html
+{site_note}```sh
+make book      # build the pages this copy runs on its own into _build/html
 make lab       # JupyterLab on work/, your own copy of the exercises (made on first use; nothing overwrites it)
 make refresh   # after a new copy of the course: update the given cells in work/, keeping your answers
 make export    # your own attnlab, from the notebooks in work/, into _student/attnlab
@@ -108,6 +115,12 @@ The first `make` installs what the course needs: the Debian packages chromium, b
 fonts-wqy-microhei (as root; otherwise it prints the command), then Python packages into `.venv`.
 The `attnlab` folder holds the course's reference code for the chapters you have been graded on, so that
 the exercises of the current chapter can build on it. Submit your notebook as your instructor asks.
+"""
+
+
+SITE_NOTE = """`site/index.html` is the course website up to chapter {last}, the chapter being graded included, as your
+instructor built it from the full course (its links to later chapters lead nowhere yet).
+
 """
 
 
@@ -145,7 +158,23 @@ def _intro(text: str, pages: list[str]) -> str:
     return re.sub(r"\[([^\]]+)\]\((ch\d\d_[a-z0-9_]+)\.md\)", unlink, text)
 
 
-def write_release(upto_name: str, out: Path, root: Path = ROOT) -> Path:
+def _later(rel: Path, upto: int) -> bool:
+    """Whether a file of the built site belongs to a chapter after upto (its page, exercise page or sources)."""
+    return any(re.fullmatch(r"ch(\d\d)_[a-z0-9_]+(\.\w+)*", part) and int(part[2:4]) > upto for part in rel.parts)
+
+
+def copy_site(site: Path, out: Path, upto: int) -> None:
+    """The built website into out/site, without the pages, exercise pages and sources of chapters after upto."""
+    if not (site / "index.html").is_file():
+        raise SystemExit(f"{site} holds no built website: run `make book` first")
+    for path in sorted(site.rglob("*")):
+        rel = path.relative_to(site)
+        if path.is_file() and not _later(rel, upto) and not rel.parts[0].startswith("."):
+            (out / "site" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, out / "site" / rel)
+
+
+def write_release(upto_name: str, out: Path, root: Path = ROOT, site: Path | None = None) -> Path:
     names = [nb.parent.name for nb in chapter_notebooks(root)]
     matches = [n for n in names if n == upto_name or n.startswith(upto_name + "_") or n[:4] == upto_name[:4]]
     if not re.fullmatch(r"ch\d\d(_[a-z0-9_]+)?", upto_name) or not matches:
@@ -177,10 +206,12 @@ def write_release(upto_name: str, out: Path, root: Path = ROOT) -> Path:
     for rel, text in reference_package_before(upto, root, command="make student-release").items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(text)
+    if site is not None:
+        copy_site(site, out, upto)
     (out / "_toc.yml").write_text(_toc(pages, exercises))
     (out / "Makefile").write_text(MAKEFILE)
     (out / "README.md").write_text(README.format(
-        upto_title=matches[0], pages=", ".join(str(chapter_number(n)) for n in pages) or "none",
+        upto_title=matches[0], site_note=SITE_NOTE.format(last=upto) if site is not None else "", pages=", ".join(str(chapter_number(n)) for n in pages) or "none",
         exercises=", ".join(str(chapter_number(n)) for n in exercises)))
     return out
 
@@ -189,8 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("upto", help="the first chapter not yet graded, e.g. ch03")
     parser.add_argument("--out", type=Path, default=None, help="folder to write (default: _release/student-UPTO)")
+    parser.add_argument("--site", type=Path, default=None, help="a built website of the full course (_build/html) "
+                        "whose pages of chapters 1 to UPTO go into the copy's site/")
     args = parser.parse_args(argv)
-    out = write_release(args.upto, args.out or ROOT / "_release" / f"student-{args.upto}")
+    out = write_release(args.upto, args.out or ROOT / "_release" / f"student-{args.upto}", site=args.site)
     print(f"wrote the student copy to {out}: give students this folder (for example as a repository of its own)")
     return 0
 

@@ -144,3 +144,29 @@ def test_the_intro_table_lists_every_chapter_of_the_table_of_contents(repo):
     assert [(n, f"{n}. {t}", f) for n, t, f, _, _ in rows] == [(n, t, s) for n, _, t, s in expected], (
         "book/intro.md's chapter table must list _toc.yml's chapters in order, each with its page's title")
     assert all(d == f == s for (_, _, _, d, f), (_, _, _, s) in zip(rows, expected)), "each row links its notebook"
+
+
+@pytest.mark.parametrize("upto", ["ch03", "ch07", "ch09"])
+def test_a_student_copy_carries_the_site_of_its_chapters_and_no_answer(site, tmp_path, upto):
+    """make student-release puts the built website of chapters 1..UPTO into the copy, so that the chapter being
+    graded can be read; no line of a solution or a hidden test of chapter UPTO or later may be in it, in the
+    HTML (read as text: highlighting splits code into spans) or in the downloadable sources."""
+    import html
+
+    from coursekit.student_release import write_release
+    from tests.submissions import answer_lines
+    out = write_release(upto, tmp_path / "copy", site=site)
+    number = int(upto[2:])
+    assert (out / "site" / "book" / f"{CHAPTERS[number - 1].split('/')[1]}.html").is_file(), "the graded chapter's page"
+    assert not (out / "site" / "book" / f"{CHAPTERS[number].split('/')[1]}.html").exists(), "the next chapter's page"
+    later = [Path(c).name for c in CHAPTERS[number - 1:]]
+    answers = {line: a for a in later for line in answer_lines(a)}
+    leaks = []
+    for path in (out / "site").rglob("*"):
+        if path.suffix not in (".html", ".md", ".ipynb", ".txt", ".js", ".py"):
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if path.suffix == ".html":
+            text = html.unescape(re.sub(r"<[^>]+>", "", text))
+        leaks += [f"{path.relative_to(out)}: {line!r} ({answers[line]})" for line in answers if line in text]
+    assert not leaks, "the copy's site holds answers:\n" + "\n".join(leaks[:10])
