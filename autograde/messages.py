@@ -23,9 +23,11 @@ MESSAGE_KEYWORDS = {"assert_close": "msg", "assert_allclose": "err_msg", "assert
                     "assert_equal": "err_msg"}
 MAX_FIELD = {"hidden": 40, "visible": 120}   # characters an f-string field of a message may take when shown
 MAX_LINE = 2000         # longer lines of a failure are not matched at all (and cannot slow the matching down)
-# numpy's comparison details that carry only numbers: shown after a matched visible message
+# numpy's and torch's comparison details that carry only numbers: shown after a matched visible message
 NUMERIC_DETAIL = re.compile(r"(Mismatched elements: \d+ / \d+ \([\d.]+%\)|"
-                            r"Max (absolute|relative) difference( among violations)?: [-+\d.e infa]{1,30})")
+                            r"Max (absolute|relative) difference( among violations)?: [-+\d.e infa]{1,30}|"
+                            r"Greatest (absolute|relative) difference: [-+\d.e infa]{1,30} at index \([\d, ]{0,40}\) "
+                            r"\(up to [-+\d.e]{1,20} allowed\))")
 BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
                   if isinstance(value, type) and issubclass(value, BaseException)}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -72,6 +74,15 @@ def _pattern(node: ast.expr, field: int) -> str | None:
             else:
                 parts.append(f"[^\\n]{{0,{field}}}?")
         return "".join(parts)
+    if isinstance(node, ast.Lambda) and len(node.args.args) == 1:
+        # msg=lambda details: MESSAGE + "\n\n" + details: torch's own report follows the message. The message is
+        # what is matched; the report's numeric lines are added after it, as for numpy's.
+        body = node.body
+        while isinstance(body, ast.BinOp) and isinstance(body.op, ast.Add) and (
+                isinstance(body.right, ast.Name)
+                or isinstance(body.right, ast.Constant) and isinstance(body.right.value, str) and not body.right.value.strip()):
+            body = body.left
+        return _pattern(body, field)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left, right = _pattern(node.left, field), _pattern(node.right, field)
         return left + right if left is not None and right is not None else None
