@@ -151,11 +151,14 @@ def _toc(pages: list[str], exercises: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _intro(text: str, pages: list[str]) -> str:
+def _intro(text: str, pages: list[str], exercises: list[str]) -> str:
     """The intro, its links to chapters not in this copy turned into plain text."""
     def unlink(match: re.Match) -> str:
         return match[0] if match[2] in pages else f"{match[1]} (not in this copy yet)"
-    return re.sub(r"\[([^\]]+)\]\((ch\d\d_[a-z0-9_]+)\.md\)", unlink, text)
+    text = re.sub(r"\[([^\]]+)\]\((ch\d\d_[a-z0-9_]+)\.md\)", unlink, text)
+    # the exercise column: a notebook this copy does not hold yet is named, not linked
+    return re.sub(r"\[([^\]]+)\]\(\.\./exercises/(ch\d\d_[a-z0-9_]+)/\2\.ipynb\)",
+                  lambda m: m[0] if m[2] in exercises else "(not in this copy yet)", text)
 
 
 def _later(rel: Path, upto: int) -> bool:
@@ -199,7 +202,7 @@ def write_release(upto_name: str, out: Path, root: Path = ROOT, site: Path | Non
     (out / "book").mkdir()
     for name in pages:
         shutil.copy2(root / "book" / f"{name}.md", out / "book" / f"{name}.md")
-    (out / "book" / "intro.md").write_text(_intro((root / "book" / "intro.md").read_text(), pages))
+    (out / "book" / "intro.md").write_text(_intro((root / "book" / "intro.md").read_text(), pages, exercises))
     for name in exercises:
         shutil.copytree(root / "exercises" / name, out / "exercises" / name,
                         ignore=shutil.ignore_patterns(".ipynb_checkpoints"))

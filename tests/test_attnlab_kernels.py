@@ -283,7 +283,7 @@ def test_kernels_never_write_past_the_heads_they_own():
 def test_the_engine_picks_torch_on_a_cpu_and_refuses_an_unknown_choice():
     model = tiny_llama()
     assert Engine(model, num_blocks=8, block_size=16).attention == "torch"
-    with pytest.raises(ValueError, match="'auto', 'triton' or 'torch'"):
+    with pytest.raises(ValueError, match="'auto', 'triton', 'torch' or a decode kernel"):
         Engine(model, num_blocks=8, block_size=16, attention="cuda")
 
 
