@@ -16,10 +16,10 @@ import torch
 
 from attnlab.decoding.generation import generate
 from attnlab.decoding.layout import prepare_for_decoding
-from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.serving.engine import Engine
 from attnlab.weights.gguf import load_llama_gguf
 from attnlab.weights.gguf_tokenizer import chat_prompt, tokenizer_from_gguf
+from tests.engine_probes import host_syncs_per_decode_step
 from tests.llama_reference import transformers_twin
 
 ROUNDS = 3                      # interleaved rounds of the engine and both static batchings; medians reported
@@ -281,22 +281,6 @@ def _trace(model, tokenizer) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-def host_syncs_per_decode_step(n_layers: int) -> int:
-    """Operations that read a tensor back to the host (torch's profiler: _local_scalar_dense for item(), nonzero
-    for boolean indexing) in one decode step of 6 sequences, on a random model of n_layers layers."""
-    torch.manual_seed(0)
-    model = Llama(LlamaConfig(vocab_size=50, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, n_layers=n_layers,
-                              max_seq_len=80)).eval()
-    engine = Engine(model, num_blocks=64, block_size=4, max_num_seqs=8)
-    for i in range(6):
-        engine.add_request([1 + i, 2, 3, 4, 5], 20)
-    for _ in range(3):
-        engine.step()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        engine.step()
-    return sum(event.name in ("aten::_local_scalar_dense", "aten::nonzero") for event in prof.events())
-
-
 def _syncs() -> list[str]:
     two, thirty = host_syncs_per_decode_step(2), host_syncs_per_decode_step(30)
     return [f"host synchronisations per decode step (torch's profiler): {two} with 2 layers, {thirty} with 30 "

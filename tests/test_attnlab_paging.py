@@ -18,6 +18,7 @@ from attnlab.serving.block_table import slot_mapping
 from attnlab.serving.sequence import SamplingParams, Sequence
 from attnlab.serving.engine import Engine
 from attnlab.serving.paged_kv import gather_paged, paged_attention, write_paged
+from tests.engine_probes import host_syncs_per_decode_step
 
 
 class Shadow:
@@ -295,7 +296,6 @@ def test_forks_count_toward_max_num_seqs_in_every_step():
 def test_host_synchronisations_do_not_grow_with_the_number_of_layers():
     """torch's profiler counts the operations that read a tensor back to the host (item(), nonzero, boolean
     indexing). A decode step may do a few once, never a few per layer."""
-    from bench.ch09 import host_syncs_per_decode_step     # the same count `make bench` reports
     two, thirty = host_syncs_per_decode_step(2), host_syncs_per_decode_step(30)
     assert two > 0, "the profiler counted nothing: the count itself is broken"
     assert thirty == two, f"host synchronisations per decode step: {two} with 2 layers, {thirty} with 30"
