@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ASSIGNMENT ?= ch01_qkv_softmax
 WORKERS ?= 2
+# pytest processes for make test (pytest-xdist); TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
 ATTNLAB ?=
 PORT ?= 8000
 LAB_PORT ?= 8888
@@ -67,7 +69,7 @@ serve: $(STAMP)
 	$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lab: $(STAMP)
 	$(PY) -m coursekit.lab --port $(LAB_PORT)

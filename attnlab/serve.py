@@ -2,6 +2,7 @@
 # Edit the source notebook's `#| export` cells, then run `make sync`.
 
 import argparse
+import textwrap
 import time
 from pathlib import Path
 
@@ -56,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     ids = [engine.add_request(tokenizer.encode(chat_prompt([{"role": "user", "content": p}])).ids,
                               args.max_new_tokens, eos_id)[0] for p in prompts]
     pool = engine.manager.allocator
-    print(f"{len(prompts)} requests; a pool of {pool.num_blocks} blocks of {args.block_size} tokens "
-          f"({engine.pool_nbytes / 2**20:.1f} MiB)", flush=True)
+    print(f"{len(prompts)} requests; a pool of {pool.num_blocks} blocks of {args.block_size} tokens, "
+          f"{engine.pool_nbytes / 2**20:.1f} MiB", flush=True)
 
     def progress(engine: Engine, emitted: list[tuple[int, int]]) -> None:
         if engine.stats.steps % 10 == 0 or not engine.has_unfinished():
@@ -70,10 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.perf_counter() - started
     for prompt, seq_id in zip(prompts, ids):
         answer = [t for t in outputs[seq_id] if t != eos_id]
-        print(f"\n> {prompt}\n{tokenizer.decode(answer).strip()}")
+        print(f"\n> {prompt}\n" + textwrap.fill(tokenizer.decode(answer).strip(), width=84))
     generated = sum(len(tokens) for tokens in outputs.values())
-    print(f"\n{generated} tokens in {seconds:.1f} s ({generated / seconds:.1f} tokens/s), "
-          f"{engine.stats.preemptions} preemptions, at most {engine.stats.peak_blocks} blocks held")
+    print(f"\n{generated} tokens in {seconds:.1f} s ({generated / seconds:.1f} tokens/s)")
+    print(f"{engine.stats.preemptions} preemptions, at most {engine.stats.peak_blocks} blocks held")
     return 0
 
 

@@ -53,7 +53,8 @@ def main(argv: list[str]) -> int:
     ensure_work(ROOT, args.work)
     token = secrets.token_hex(16)
     url = f"http://127.0.0.1:{args.port}/lab?token={token}"
-    print(f"\nYour exercises are in {args.work}/ (your own copy; `make sync` never changes it).\n"
+    print(f"\nYour exercises are in {args.work}/ (your own copy: only `make refresh` changes it, and it keeps your "
+          "answers).\n"
           f"JupyterLab is starting. Open this address in your browser:\n\n    {url}\n\n"
           "Stop it with Ctrl+C.\n", flush=True)
     cmd, env = command([f"--port={args.port}", f"--IdentityProvider.token={token}", "--ServerApp.port_retries=0",

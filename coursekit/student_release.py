@@ -87,10 +87,13 @@ export: $(STAMP)
 \t$(PY) -m coursekit.export
 
 # Awake threads decode faster: these two run without the PASSIVE OpenMP policy the rest sets.
+# This copy's attnlab holds the chapters already graded: a later chapter's module comes from your own export.
 chat: $(STAMP)
+\t@test -n "$(ATTNLAB)" -o -f attnlab/chat.py || { echo "make chat runs chapter 7's attnlab.chat, which this copy's attnlab does not hold yet: complete chapter 7 in work/, run make export, then make chat ATTNLAB=_student"; exit 2; }
 \tPYTHONPATH=$(ATTNLAB) env -u OMP_WAIT_POLICY $(PY) -P -m attnlab.chat
 
 engine: $(STAMP)
+\t@test -n "$(ATTNLAB)" -o -f attnlab/serve.py || { echo "make engine runs chapter 9's attnlab.serve, which this copy's attnlab does not hold yet: complete chapter 9 in work/, run make export, then make engine ATTNLAB=_student"; exit 2; }
 \tPYTHONPATH=$(ATTNLAB) env -u OMP_WAIT_POLICY $(PY) -P -m attnlab.serve $(if $(PROMPTS),--prompts $(PROMPTS))
 
 # The pages name these two; they need the full course repository (bench/ times the reference code, and the

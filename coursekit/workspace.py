@@ -50,7 +50,7 @@ def ensure_work(root: Path, work: Path | None = None, log=print) -> list[Path]:
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=1, sort_keys=True))
         log(f"Copied {len(copied)} release file(s) from exercises/ into {work}/ (your own copy: "
-            "`make sync` never touches it).")
+            "only `make refresh` changes it, and it keeps your answers).")
     return copied
 
 
