@@ -17,7 +17,9 @@ def _mask_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
 def _mask_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     t_new, past = (int(x) for x in i["shape"])
     causal = torch.ones(past + t_new, past + t_new, dtype=torch.bool).tril()[past:]
-    return causal.double(), (causal[None, None] & i["attention_mask"][:, None, None, :]).double()
+    padded = (causal[None, None] & i["attention_mask"][:, None, None, :]).double()
+    # the last two: the padded mask's dtype is bool (1.0) for a bool attention_mask and for a 0/1 integer one
+    return causal.double(), padded, torch.tensor(1.0), torch.tensor(1.0)
 
 
 def _cache_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -100,8 +102,10 @@ PROBES = {
     "test_causal_mask_with_past": Probe(
         inputs=_mask_inputs,
         code="t_new, past = (int(x) for x in inputs['shape'])\n"
-             "result = [causal_mask_with_past(t_new, past).double(),\n"
-             "          decoder_self_attention_mask(t_new, past, inputs['attention_mask']).double()]",
+             "padded = decoder_self_attention_mask(t_new, past, inputs['attention_mask'])\n"
+             "as_integers = decoder_self_attention_mask(t_new, past, inputs['attention_mask'].long())\n"
+             "result = [causal_mask_with_past(t_new, past).double(), padded.double(),\n"
+             "          torch.tensor(float(padded.dtype == torch.bool)), torch.tensor(float(as_integers.dtype == torch.bool))]",
         reference=_mask_reference, rtol=0, atol=0),
     "test_kv_cache": Probe(
         inputs=_cache_inputs,
