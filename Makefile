@@ -69,7 +69,7 @@ serve: $(STAMP)
 	$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lab: $(STAMP)
 	$(PY) -m coursekit.lab --port $(LAB_PORT)

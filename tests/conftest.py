@@ -32,25 +32,3 @@ def graded(tmp_path_factory):
         return cache[assignment]
     return get
 
-
-# Tests that may run on different pytest-xdist workers (make test runs two). Everything else stays with its
-# module, because module-scoped fixtures (the website build, a graded class) must be built once, on one worker.
-# test_grading's session-wide `graded` fixture grades one chapter's class at a time, so its tests are kept
-# together by chapter instead, which spreads the ten classes over the workers.
-INDEPENDENT_TESTS = {"tests.test_student_path", "tests.test_rechecks", "tests.test_student_lab",
-                     "tests.test_student_release"}
-
-
-def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        module = item.module.__name__
-        params = getattr(item, "callspec", None)
-        if module == "tests.test_grading" and params and "assignment" in params.params:
-            group = f"grading:{params.params['assignment']}"
-        elif module in INDEPENDENT_TESTS:
-            group = item.nodeid
-        else:
-            group = module
-        item.add_marker(pytest.mark.xdist_group(group))
