@@ -7,8 +7,6 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 ASSIGNMENT ?= ch01_qkv_softmax
 WORKERS ?= 2
-# pytest processes for make test (pytest-xdist); TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 2
 ATTNLAB ?=
 PORT ?= 8000
 LAB_PORT ?= 8888
@@ -69,7 +67,7 @@ serve: $(STAMP)
 	$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest
 
 lab: $(STAMP)
 	$(PY) -m coursekit.lab --port $(LAB_PORT)

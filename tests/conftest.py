@@ -31,4 +31,3 @@ def graded(tmp_path_factory):
             cache[assignment] = grade_chapter(assignment, tmp_path_factory.mktemp(f"{assignment}-graded"))
         return cache[assignment]
     return get
-
