@@ -44,16 +44,36 @@ class KnownWrongError(ValueError):
 def known_wrong(assignment: str) -> list[dict]:
     """The known-wrong implementations of an assignment (tests/known_wrong/<assignment>.toml), each with the
     cells it must lose points in and its code: the reference solution of its cell with its edits applied.
+    Each is graded with the real CLI (tests/test_grading.py).
 
     Each edit replaces `old` by `new`, and `old` must occur exactly once in the cell, so that an edit that no
     longer fits the solution (the solution changed) fails here, by name, instead of testing something else.
     """
-    path = KNOWN_WRONG / f"{assignment}.toml"
+    return _read(KNOWN_WRONG / f"{assignment}.toml", assignment)
+
+
+def message_wrongs(assignment: str) -> list[dict]:
+    """One mistake for each message of the release's visible checks that names a mistake
+    (tests/known_wrong/messages/<assignment>.toml), written as known_wrong's are. Each is run against the
+    visible checks only, in-process (tests/test_visible_messages.py), and must make its check print `says`."""
+    return _read(KNOWN_WRONG / "messages" / f"{assignment}.toml", assignment)
+
+
+def plain_messages(assignment: str) -> dict[str, str]:
+    """{text of a visible message: why no mistake needs to show it}: messages that state only what was expected
+    and what came (a shape, a dtype, a count), listed at the top of messages/<assignment>.toml as `plain`."""
+    path = KNOWN_WRONG / "messages" / f"{assignment}.toml"
+    return tomllib.loads(path.read_text(encoding="utf-8")).get("plain", {}) if path.is_file() else {}
+
+
+def _read(path: Path, assignment: str) -> list[dict]:
     if not path.is_file():
         return []
     solutions = solution_code(assignment)
     found = []
     for name, entry in tomllib.loads(path.read_text(encoding="utf-8")).items():
+        if name == "plain":
+            continue
         if entry.get("cell") not in solutions:
             raise KnownWrongError(f"{path.name} [{name}]: cell {entry.get('cell')!r} is not a solution cell of "
                                   f"{assignment} (they are {', '.join(solutions)})")

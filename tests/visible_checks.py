@@ -1,0 +1,124 @@
+"""The visible checks a student sees, run without the grader: which of a released notebook's test cells fail
+for given answers, and with what message. This proves that each message a visible check can print is printed
+for the mistake it names (the `says` of a known-wrong implementation), at a fraction of grading's cost.
+
+One process per chapter (`python -m tests.visible_checks ASSIGNMENT`, runs as JSON on stdin): it runs the
+released notebook's code cells in order in a fresh namespace per run, as the student's kernel does, in the
+notebook's own folder and with the grader's environment (ATTNLAB_GRADING: the closing demos skip themselves).
+A test cell that is not asked for is skipped: test cells define nothing that later cells use.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from coursekit.layout import REPO_ROOT as REPO
+from tests.submissions import released, solution_code
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message a visible check can show: the test cell it is in, its source, and a pattern found in every
+    error it produces (its constant text literally, each interpolated value as anything; numpy.testing and
+    torch.testing put their own lines around it)."""
+    cell: str
+    source: str
+    pattern: str
+    literal: str            # the constant text alone: what tells two messages apart
+
+    def matches(self, text: str) -> bool:
+        return re.search(self.pattern, text, re.DOTALL) is not None
+
+
+def _pattern(node: ast.expr) -> tuple[str, str] | None:
+    """(regex, constant text) of a message expression, or None when its text is not written in the cell."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return re.escape(node.value), node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = [(re.escape(v.value), v.value) if isinstance(v, ast.Constant) else (".*", "") for v in node.values]
+        return "".join(p for p, _ in parts), "".join(t for _, t in parts)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _pattern(node.left), _pattern(node.right)
+        left, right = left or (".*", ""), right or (".*", "")
+        return left[0] + right[0], left[1] + right[1]
+    if isinstance(node, ast.Lambda):          # torch.testing.assert_close(msg=lambda details: "..." + details)
+        return _pattern(node.body)
+    return None
+
+
+def visible_messages(assignment: str) -> list[Message]:
+    """Every message of the release's visible test cells that carries text of its own: the checks a student
+    reads when a visible test fails."""
+    found = []
+    for cell in released(assignment).cells:
+        grading = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not grading.get("grade"):
+            continue
+        for node in ast.walk(ast.parse(cell.source)):
+            messages = [node.msg] if isinstance(node, ast.Assert) and node.msg is not None else []
+            if isinstance(node, ast.Call):
+                # torch.testing.assert_close(msg=...), numpy.testing's err_msg=, AssertionError("...")
+                messages += [keyword.value for keyword in node.keywords if keyword.arg in ("msg", "err_msg")]
+                if isinstance(node.func, ast.Name) and node.func.id == "AssertionError" and node.args:
+                    messages.append(node.args[0])
+            for message in messages:
+                pattern = _pattern(message)
+                if pattern and pattern[1].strip():
+                    found.append(Message(grading["grade_id"], ast.unparse(message), *pattern))
+    return found
+
+
+def which_message(messages: list[Message], cell: str, text: str) -> Message | None:
+    """The visible message of `cell` that produced `text`: the one matching it with the most text of its own."""
+    candidates = [m for m in messages if m.cell == cell and m.matches(text)]
+    return max(candidates, key=lambda m: len(m.literal), default=None)
+
+
+def failures(assignment: str, runs: list[dict[str, str]], timeout: int = 1800) -> list[dict[str, str | None]]:
+    """For each run ({answer cell: code}, the reference answers elsewhere): {test cell: its error, or None}."""
+    process = subprocess.run([sys.executable, "-m", "tests.visible_checks", assignment], input=json.dumps(runs),
+                             capture_output=True, text=True, cwd=REPO, timeout=timeout,
+                             env=os.environ | {"ATTNLAB_GRADING": "1", "TRITON_INTERPRET": "1"})
+    assert process.returncode == 0, process.stderr[-4000:]
+    return json.loads(process.stdout.splitlines()[-1])
+
+
+def _run(assignment: str, answers: dict[str, str], tests: set[str] | None) -> dict[str, str | None]:
+    results: dict[str, str | None] = {}
+    namespace: dict = {"__name__": "__main__"}
+    for cell in released(assignment).cells:
+        if cell.cell_type != "code":
+            continue
+        grading = cell.metadata.get("nbgrader", {})
+        grade_id = grading.get("grade_id")
+        if grading.get("grade"):
+            if tests is not None and grade_id not in tests:
+                continue
+            try:
+                exec(compile(cell.source, grade_id, "exec"), namespace)
+                results[grade_id] = None
+            except Exception as error:     # noqa: BLE001 - a failed check is the result
+                results[grade_id] = f"{type(error).__name__}: {error}"
+            if tests is not None and set(results) >= tests:
+                break
+        else:
+            exec(compile(answers.get(grade_id, cell.source), grade_id or "cell", "exec"), namespace)
+    return results
+
+
+def main(assignment: str) -> None:
+    runs = json.loads(sys.stdin.read())
+    os.chdir(REPO / "exercises" / assignment)
+    reference = solution_code(assignment)
+    out = [_run(assignment, reference | run.get("answers", {}), set(run["tests"]) if run.get("tests") else None)
+           for run in runs]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
