@@ -83,7 +83,11 @@ def test_a_student_runs_every_cell_in_the_copy_and_on_their_own_export(tmp_path,
     out = write_release(assignment[:4], tmp_path / "copy")
     folder = out / "exercises" / assignment
     nb = completed(assignment, folder / f"{assignment}.ipynb")
-    check(run_all(nb, folder, [out], tmp_path / "reference"), out / "attnlab", "on the copy's attnlab")
+    report = run_all(nb, folder, [out], tmp_path / "reference")
+    check(report, out / "attnlab", "on the copy's attnlab")
+    tests = {c.metadata["nbgrader"]["grade_id"] for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    quiet = [r["cell"] for r in report if r["cell"] in tests and "visible checks passed" not in r["text"]]
+    assert tests and not quiet, f"test cells that did not say their visible checks passed: {quiet}"
 
     # work/ as the student leaves it: every chapter of the copy completed, then `make export`
     for chapter in CHAPTERS[:CHAPTERS.index(assignment) + 1]:

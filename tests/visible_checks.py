@@ -5,12 +5,15 @@ for the mistake it names (the `says` of a known-wrong implementation), at a frac
 One process per chapter (`python -m tests.visible_checks ASSIGNMENT`, runs as JSON on stdin): it runs the
 released notebook's code cells in order in a fresh namespace per run, as the student's kernel does, in the
 notebook's own folder and with the grader's environment (ATTNLAB_GRADING: the closing demos skip themselves).
-A test cell that is not asked for is skipped: test cells define nothing that later cells use.
+Test cells run in order up to the last one asked for, as in the student's kernel (one may define a helper a
+later one uses); the errors of those not asked for are not reported. Each cell's source is registered with
+linecache under its own name, as IPython does, so that code reading a function's source (Triton, inspect) works.
 """
 from __future__ import annotations
 
 import ast
 import json
+import linecache
 import os
 import re
 import subprocess
@@ -88,37 +91,71 @@ def failures(assignment: str, runs: list[dict[str, str]], timeout: int = 1800) -
     return json.loads(process.stdout.splitlines()[-1])
 
 
+def _execute(source: str, name: str, namespace: dict) -> None:
+    filename = f"<cell {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), namespace)
+
+
+def demo_failures(assignment: str, runs: list[dict[str, str]], timeout: int = 3600) -> list[dict[str, str] | None]:
+    """For each run ({answer cell: code}): the first error of the notebook's cells outside the tests, the closing
+    demos included (as "restart and run all" runs them, outside the grader), as {cell, error}, or None."""
+    process = subprocess.run([sys.executable, "-m", "tests.visible_checks", assignment, "--demos"],
+                             input=json.dumps(runs), capture_output=True, text=True, cwd=REPO, timeout=timeout,
+                             env={k: v for k, v in os.environ.items() if k != "ATTNLAB_GRADING"}
+                             | {"TRITON_INTERPRET": "1"})
+    assert process.returncode == 0, process.stderr[-4000:]
+    return json.loads(process.stdout.splitlines()[-1])
+
+
+def _demo(assignment: str, answers: dict[str, str]) -> dict[str, str] | None:
+    namespace: dict = {"__name__": "__main__"}
+    for number, cell in enumerate(released(assignment).cells):
+        grading = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or grading.get("grade"):
+            continue
+        name = grading.get("grade_id") or f"cell {number}"
+        try:
+            _execute(answers.get(grading.get("grade_id"), cell.source), name, namespace)
+        except Exception as error:     # noqa: BLE001 - a failed demo is the result
+            return {"cell": name, "error": f"{type(error).__name__}: {error}"}
+    return None
+
+
 def _run(assignment: str, answers: dict[str, str], tests: set[str] | None) -> dict[str, str | None]:
     results: dict[str, str | None] = {}
     namespace: dict = {"__name__": "__main__"}
-    for cell in released(assignment).cells:
+    for number, cell in enumerate(released(assignment).cells):
         if cell.cell_type != "code":
             continue
         grading = cell.metadata.get("nbgrader", {})
-        grade_id = grading.get("grade_id")
+        name = grading.get("grade_id") or f"cell {number}"
         if grading.get("grade"):
-            if tests is not None and grade_id not in tests:
-                continue
             try:
-                exec(compile(cell.source, grade_id, "exec"), namespace)
-                results[grade_id] = None
-            except Exception as error:     # noqa: BLE001 - a failed check is the result
-                results[grade_id] = f"{type(error).__name__}: {error}"
+                _execute(cell.source, name, namespace)
+                error = None
+            except Exception as failure:     # noqa: BLE001 - a failed check is the result
+                error = f"{type(failure).__name__}: {failure}"
+            if tests is None or name in tests:
+                results[name] = error
             if tests is not None and set(results) >= tests:
                 break
         else:
-            exec(compile(answers.get(grade_id, cell.source), grade_id or "cell", "exec"), namespace)
+            _execute(answers.get(name, cell.source), name, namespace)
     return results
 
 
-def main(assignment: str) -> None:
+def main(assignment: str, demos: bool) -> None:
     runs = json.loads(sys.stdin.read())
     os.chdir(REPO / "exercises" / assignment)
     reference = solution_code(assignment)
-    out = [_run(assignment, reference | run.get("answers", {}), set(run["tests"]) if run.get("tests") else None)
-           for run in runs]
+    if demos:
+        out = [_demo(assignment, reference | run.get("answers", {})) for run in runs]
+    else:
+        out = [_run(assignment, reference | run.get("answers", {}), set(run["tests"]) if run.get("tests") else None)
+               for run in runs]
     print(json.dumps(out))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], "--demos" in sys.argv[2:])
