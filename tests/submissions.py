@@ -86,9 +86,10 @@ def _read(path: Path, assignment: str) -> list[dict]:
             code = code.replace(edit["old"], edit["new"])
         if code == solutions[entry["cell"]]:
             raise KnownWrongError(f"{path.name} [{name}]: no edit, so it is the solution itself")
-        # says: text the feedback of the first cell in `loses` must show (the mistake named for the student)
+        # says: text the feedback of the first cell in `loses` must show (the mistake named for the student);
+        # demo: why the chapter's closing demo cannot show this mistake (tests/test_closing_demos.py), if it cannot
         found.append({"name": name, "cell": entry["cell"], "loses": list(entry["loses"]), "why": entry["why"],
-                      "says": entry.get("says", ""), "code": code.strip() + "\n"})
+                      "says": entry.get("says", ""), "demo": entry.get("demo", ""), "code": code.strip() + "\n"})
     return found
 
 

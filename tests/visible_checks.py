@@ -97,15 +97,21 @@ def _execute(source: str, name: str, namespace: dict) -> None:
     exec(compile(source, filename, "exec"), namespace)
 
 
-def demo_failures(assignment: str, runs: list[dict[str, str]], timeout: int = 3600) -> list[dict[str, str] | None]:
+def demo_failures(assignment: str, runs: list[dict[str, str]], workers: int = 2,
+                  timeout: int = 3600) -> list[dict[str, str] | None]:
     """For each run ({answer cell: code}): the first error of the notebook's cells outside the tests, the closing
-    demos included (as "restart and run all" runs them, outside the grader), as {cell, error}, or None."""
-    process = subprocess.run([sys.executable, "-m", "tests.visible_checks", assignment, "--demos"],
-                             input=json.dumps(runs), capture_output=True, text=True, cwd=REPO, timeout=timeout,
-                             env={k: v for k, v in os.environ.items() if k != "ATTNLAB_GRADING"}
-                             | {"TRITON_INTERPRET": "1"})
-    assert process.returncode == 0, process.stderr[-4000:]
-    return json.loads(process.stdout.splitlines()[-1])
+    demos included (as "restart and run all" runs them, outside the grader), as {cell, error}, or None.
+    The runs are shared between `workers` processes (the notebooks compute on one thread each)."""
+    env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_GRADING"} | {"TRITON_INTERPRET": "1"}
+    shares = [runs[i::workers] for i in range(workers)]
+    processes = [subprocess.Popen([sys.executable, "-m", "tests.visible_checks", assignment, "--demos"], cwd=REPO,
+                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for share in shares if share]
+    outputs = [process.communicate(json.dumps(share), timeout=timeout) for process, share in zip(processes, shares)]
+    for process, (_, stderr) in zip(processes, outputs):
+        assert process.returncode == 0, stderr[-4000:]
+    results = [json.loads(stdout.splitlines()[-1]) for stdout, _ in outputs]
+    return [results[i % workers][i // workers] for i in range(len(runs))]
 
 
 def _demo(assignment: str, answers: dict[str, str]) -> dict[str, str] | None:
