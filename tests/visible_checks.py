@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from coursekit.layout import REPO_ROOT as REPO
@@ -55,8 +56,8 @@ def _pattern(node: ast.expr) -> tuple[str, str] | None:
 
 
 def visible_messages(assignment: str) -> list[Message]:
-    """Every message of the release's visible test cells that carries text of its own: the checks a student
-    reads when a visible test fails."""
+    """Every message of the release's visible test cells: the checks a student reads when a visible test fails.
+    A message whose text is built at run time (a variable, .format) has no text of its own (`literal` empty)."""
     found = []
     for cell in released(assignment).cells:
         grading = cell.metadata.get("nbgrader", {})
@@ -70,15 +71,14 @@ def visible_messages(assignment: str) -> list[Message]:
                 if isinstance(node.func, ast.Name) and node.func.id == "AssertionError" and node.args:
                     messages.append(node.args[0])
             for message in messages:
-                pattern = _pattern(message)
-                if pattern and pattern[1].strip():
-                    found.append(Message(grading["grade_id"], ast.unparse(message), *pattern))
+                pattern = _pattern(message) or (".*", "")      # text built at run time: none of its own to match
+                found.append(Message(grading["grade_id"], ast.unparse(message), *pattern))
     return found
 
 
 def which_message(messages: list[Message], cell: str, text: str) -> Message | None:
     """The visible message of `cell` that produced `text`: the one matching it with the most text of its own."""
-    candidates = [m for m in messages if m.cell == cell and m.matches(text)]
+    candidates = [m for m in messages if m.cell == cell and m.literal.strip() and m.matches(text)]
     return max(candidates, key=lambda m: len(m.literal), default=None)
 
 
@@ -103,14 +103,16 @@ def demo_failures(assignment: str, runs: list[dict[str, str]], workers: int = 2,
     demos included (as "restart and run all" runs them, outside the grader), as {cell, error}, or None.
     The runs are shared between `workers` processes (the notebooks compute on one thread each)."""
     env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_GRADING"} | {"TRITON_INTERPRET": "1"}
-    shares = [runs[i::workers] for i in range(workers)]
-    processes = [subprocess.Popen([sys.executable, "-m", "tests.visible_checks", assignment, "--demos"], cwd=REPO,
-                                  env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for share in shares if share]
-    outputs = [process.communicate(json.dumps(share), timeout=timeout) for process, share in zip(processes, shares)]
-    for process, (_, stderr) in zip(processes, outputs):
-        assert process.returncode == 0, stderr[-4000:]
-    results = [json.loads(stdout.splitlines()[-1]) for stdout, _ in outputs]
+    shares = [share for share in (runs[i::workers] for i in range(workers)) if share]
+
+    def run(share: list[dict[str, str]]) -> list:
+        process = subprocess.run([sys.executable, "-m", "tests.visible_checks", assignment, "--demos"], cwd=REPO,
+                                 env=env, input=json.dumps(share), capture_output=True, text=True, timeout=timeout)
+        assert process.returncode == 0, process.stderr[-4000:]
+        return json.loads(process.stdout.splitlines()[-1])
+
+    with ThreadPoolExecutor(len(shares)) as pool:          # the processes run side by side
+        results = list(pool.map(run, shares))
     return [results[i % workers][i // workers] for i in range(len(runs))]
 
 
@@ -160,7 +162,7 @@ def main(assignment: str, demos: bool) -> None:
     else:
         out = [_run(assignment, reference | run.get("answers", {}), set(run["tests"]) if run.get("tests") else None)
                for run in runs]
-    print(json.dumps(out))
+    print("\n" + json.dumps(out))       # on a line of its own, whatever the cells printed last
 
 
 if __name__ == "__main__":
