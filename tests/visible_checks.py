@@ -83,7 +83,8 @@ def which_message(messages: list[Message], cell: str, text: str) -> Message | No
 
 
 def failures(assignment: str, runs: list[dict[str, str]], timeout: int = 1800) -> list[dict[str, str | None]]:
-    """For each run ({answer cell: code}, the reference answers elsewhere): {test cell: its error, or None}."""
+    """For each run, {"answers": {answer cell: code} (the reference answers elsewhere), "tests": [test cells]}:
+    {test cell: its error as "Type: message", or None}."""
     process = subprocess.run([sys.executable, "-m", "tests.visible_checks", assignment], input=json.dumps(runs),
                              capture_output=True, text=True, cwd=REPO, timeout=timeout,
                              env=os.environ | {"ATTNLAB_GRADING": "1", "TRITON_INTERPRET": "1"})
@@ -99,8 +100,8 @@ def _execute(source: str, name: str, namespace: dict) -> None:
 
 def demo_failures(assignment: str, runs: list[dict[str, str]], workers: int = 2,
                   timeout: int = 3600) -> list[dict[str, str] | None]:
-    """For each run ({answer cell: code}): the first error of the notebook's cells outside the tests, the closing
-    demos included (as "restart and run all" runs them, outside the grader), as {cell, error}, or None.
+    """For each run, {"answers": {answer cell: code}}: the first error of the notebook's cells outside the tests,
+    the closing demos included (as "restart and run all" runs them, outside the grader), as {cell, error}, or None.
     The runs are shared between `workers` processes (the notebooks compute on one thread each)."""
     env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_GRADING"} | {"TRITON_INTERPRET": "1"}
     shares = [share for share in (runs[i::workers] for i in range(workers)) if share]
