@@ -20,7 +20,7 @@ DECODING := env -u OMP_WAIT_POLICY
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve test lab refresh sync export chat engine grade bench train clean student-release
+.PHONY: help system setup book serve test lab refresh sync export chat engine grade bench train clean student-release i18n-extract
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
@@ -31,7 +31,8 @@ help:
 	@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
 	@echo "make chat     chat with SmolLM2-135M-Instruct on attnlab (ATTNLAB=_student: on your own export)"
 	@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
-	@echo "make sync     regenerate attnlab/ and exercises/ from solutions/ (instructors; never touches work/)"
+	@echo "make sync     regenerate attnlab/, exercises/ and exercises-zh/ from solutions/ and locales/ (instructors)"
+	@echo "make i18n-extract   update the Chinese catalogs in locales/zh_CN/ after an English edit (translators)"
 	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
 	@echo "make student-release UPTO=ch03   a copy for a graded class: chapters before UPTO, no answers"
@@ -60,7 +61,16 @@ book: $(STAMP)
 	# --all re-reads every page (executed cells still come from the cache), so a page whose code failed
 	# in an earlier build is run again and fails again, instead of being skipped as unchanged.
 	$(VENV)/bin/jupyter-book build . --all --builder html -W -n --keep-going
-	@echo "Open $(CURDIR)/_build/html/index.html, or run: make serve"
+	# The Chinese edition, from the same pages and locales/zh_CN/ (it reuses the English build's executed cells).
+	$(PY) -m coursekit.i18n.book zh
+	@echo "Open $(CURDIR)/_build/html/index.html (中文: _build/html/zh/index.html), or run: make serve"
+
+# Translators: after an English edit, bring the catalogs of locales/zh_CN/ up to date (changed messages turn
+# fuzzy), translate, then `make sync` (the Chinese notebooks) and `make test`.
+i18n-extract: $(STAMP)
+	$(PY) -m coursekit.i18n.book gettext
+	$(PY) -m coursekit.i18n.catalogs update
+	$(PY) -m coursekit.i18n.catalogs stat
 
 serve: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book

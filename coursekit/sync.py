@@ -1,4 +1,7 @@
-"""Regenerate attnlab/ and exercises/ from the source notebooks in solutions/.
+"""Regenerate attnlab/, exercises/ and exercises-zh/ from the source notebooks in solutions/.
+
+exercises-zh/ is the Chinese edition of the release: the same notebooks with the markdown cells taken from
+locales/zh_CN/notebooks/ (coursekit/i18n/notebooks.py).
 
     python -m coursekit.sync          # write the generated files
     python -m coursekit.sync --check  # exit 1, listing the differences, when a committed file is stale
@@ -15,6 +18,7 @@ import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
+from coursekit.i18n.notebooks import ZH_EXERCISES, chinese_release
 from coursekit.exporting import PACKAGE, assemble_modules, defined_names, package_inits, read_export_cells, reference_code
 from coursekit.layout import REPO_ROOT as ROOT
 from coursekit.layout import nbgrader_config
@@ -107,8 +111,17 @@ def release_notebooks(root: Path = ROOT) -> dict[str, bytes]:
 
 def generated_files(root: Path = ROOT) -> dict[str, bytes]:
     files = {path: text.encode() for path, text in reference_package(root).items()}
-    files.update(release_notebooks(root))
+    releases = release_notebooks(root)
+    files.update(releases)
+    files.update(chinese_release(releases, root))
     return files
+
+
+RELEASE_FOLDERS = ("exercises", ZH_EXERCISES)
+
+
+def _in_release(rel: str) -> bool:
+    return rel.split("/", 1)[0] in RELEASE_FOLDERS
 
 
 def stale_files(root: Path, expected: dict[str, bytes]) -> list[str]:
@@ -118,7 +131,7 @@ def stale_files(root: Path, expected: dict[str, bytes]) -> list[str]:
         rel = str(path.relative_to(root))
         if rel not in expected and path.read_text(errors="replace").startswith(GENERATED_MARK):
             stale.append(rel)
-    for path in sorted((root / "exercises").rglob("*")):
+    for path in sorted(p for folder in RELEASE_FOLDERS for p in (root / folder).rglob("*")):
         rel = str(path.relative_to(root))
         # JupyterLab's checkpoints (git-ignored) are the lab's own, not a generated file.
         if path.is_file() and rel not in expected and ".ipynb_checkpoints" not in path.parts:
@@ -181,7 +194,7 @@ def write(root: Path = ROOT, log=print) -> list[str]:
     written = []
     for rel in stale_files(root, expected):
         written.append(f"removed {rel}")
-        if rel.startswith("exercises/") and _holds_local_edits(root, rel, None):
+        if _in_release(rel) and _holds_local_edits(root, rel, None):
             rescue(root / rel, root, log)
         (root / rel).unlink()
     for rel, content in expected.items():
@@ -189,7 +202,7 @@ def write(root: Path = ROOT, log=print) -> list[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists() and _up_to_date(rel, path.read_bytes(), content):
             continue    # equal, or a release notebook that was only opened and saved: leave it as it is
-        if path.exists() and rel.startswith("exercises/") and _holds_local_edits(root, rel, content):
+        if path.exists() and _in_release(rel) and _holds_local_edits(root, rel, content):
             rescue(path, root, log)
         path.write_bytes(content)
         written.append(f"wrote {rel}")

@@ -55,17 +55,18 @@ def ensure_work(root: Path, work: Path | None = None, log=print) -> list[Path]:
 
 
 def rescue(path: Path, root: Path, log=print) -> Path:
-    """Keep a copy of exercises/<rel> in work/ before `make sync` replaces or removes it."""
-    rel = Path(path).relative_to(Path(root) / "exercises")
+    """Keep a copy of exercises/<rel> (or exercises-zh/<rel>) in work/ before `make sync` replaces or removes it."""
+    folder, *rest = Path(path).relative_to(Path(root)).parts
+    rel = Path(*rest)
     target = Path(root) / WORK / rel
     if target.exists():
         stamp = 1
-        while (candidate := target.with_name(f"{target.stem}.from-exercises-{stamp}{target.suffix}")).exists():
+        while (candidate := target.with_name(f"{target.stem}.from-{folder}-{stamp}{target.suffix}")).exists():
             stamp += 1
         target = candidate
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(path, target)
-    log(f"kept your edits: exercises/{rel} held changes that `make sync` did not write; "
+    log(f"kept your edits: {folder}/{rel} held changes that `make sync` did not write; "
         f"they are saved in {target.relative_to(root)} before the release is regenerated")
     return target
 

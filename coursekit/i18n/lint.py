@@ -1,0 +1,135 @@
+"""Checks of the Chinese catalogs that a build does not make, each for a fault a reader would see.
+
+    python -m coursekit.i18n.lint [CATALOG.po ...]   # every catalog when none is named; exit 1 on any problem
+
+- every message translated and none fuzzy (a fuzzy or empty message shows the English);
+- the same math, code spans, code blocks, link and cross-reference targets in the translation as in the English;
+- a translated page message never starts with "1. " (MyST reads a list, and Sphinx silently keeps the English);
+- no `*`/`**` between a punctuation mark and a letter or ideograph (CommonMark then prints the asterisks);
+- no line break between two Chinese characters inside a paragraph (the browser shows it as a space);
+- the glossary's terms: the Chinese of an English term that the message uses, and none of the rejected variants.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+from coursekit.i18n.catalogs import NOTEBOOKS, all_catalogs, read_po
+from coursekit.i18n.glossary import entries
+from coursekit.layout import REPO_ROOT as ROOT
+
+HAN = r"\u3400-\u9fff"
+CJK_PUNCT = "，。：；！？、“”‘’（）《》「」【】—…"
+FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.M | re.S)
+MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+?\$|\\\(.+?\\\)", re.S)
+CODE = re.compile(r"(`+)(.+?)\1", re.S)
+LINK = re.compile(r"\]\(([^)\s]+)\)")                    # [text](target)
+ROLE = re.compile(r"\{([\w:.-]+)\}`(?:[^`<]*<([^>`]+)>|([^`]+))`")  # {doc}`text <target>` / {ref}`target`
+AUTOLINK = re.compile(r"<(https?://[^>]+)>")
+
+# Renderings the glossary rules out (calques, or a term of the source article the glossary corrects).
+REJECTED = {
+    "令牌": "token is 词元",
+    "自我注意": "self-attention is 自注意力",
+    "多头潜在空间注意力": "MLA is 多头潜在注意力",
+    "潜空间注意力": "MLA is 多头潜在注意力",
+    "隐注意力": "MLA is 多头潜在注意力",
+    "分页注意力": "PagedAttention stays in English",
+    "键值向量": "K is 键 and V is 值; the two together are 键和值",
+}
+# English glossary words too common in other senses to require their term ("the value of", "a block of code"):
+# the translator decides there; the rejected variants above still apply.
+LOOSE = {"value", "key", "query", "block", "head", "attention head", "scores", "logical", "slot", "sampling",
+         "temperature", "GPU", "kernel", "decode", "mask", "masked", "padding", "embedding", "latency", "vocabulary",
+         "Q, K, V", "value (Q, K, V)", "block size", "physical block", "exercise", "graded", "hidden tests",
+         "eviction", "throughput", "encoder", "decoder", "prefill", "quantization", "activation function",
+         "sampling", "top-k", "top-p", "softmax", "online softmax", "low-rank", "roofline", "scheduler", "tokenizer"}
+
+
+def _strip(text: str) -> str:
+    """The prose of a message: code blocks, code spans, math and link targets removed."""
+    for pattern in (FENCE, CODE, MATH, LINK, ROLE, AUTOLINK):
+        text = pattern.sub(" ", text)
+    return text
+
+
+def _spans(text: str) -> dict[str, Counter]:
+    without_fences = FENCE.sub(" ", text)
+    without_code = CODE.sub(" ", without_fences)
+    return {
+        "code blocks": Counter(m.group(0) for m in FENCE.finditer(text)),
+        "code spans": Counter(m.group(0) for m in CODE.finditer(without_fences)),
+        "math": Counter(re.sub(r"\s+", " ", m.group(0)) for m in MATH.finditer(without_code)),
+        "link targets": Counter(LINK.findall(without_code)) + Counter(AUTOLINK.findall(without_code))
+        + Counter(m.group(2) or m.group(3) for m in ROLE.finditer(without_fences)),
+        "roles": Counter(m.group(1) for m in ROLE.finditer(without_fences)),
+    }
+
+
+def _pairs() -> list[tuple[str, tuple[str, ...]]]:
+    """(English term, its accepted Chinese forms) for every glossary term the lint enforces."""
+    pairs = []
+    for entry in entries():
+        words = [e for e in entry.english if e not in LOOSE]
+        for english in words:
+            if english.isupper() or english in entry.chinese:   # acronyms and names are kept as they are
+                continue
+            pairs.append((english, entry.chinese))
+    return pairs
+
+
+def check_message(english: str, chinese: str, page: bool, pairs=None) -> list[str]:
+    problems = []
+    a, b = _spans(english), _spans(chinese)
+    for kind in a:
+        if a[kind] != b[kind]:
+            missing, extra = a[kind] - b[kind], b[kind] - a[kind]
+            problems.append(f"{kind} differ: missing {sorted(missing)}, added {sorted(extra)}")
+    if page and re.match(r"\d+\.\s", chinese):
+        problems.append("starts with '1. ': write '1\\. ' (a list would replace the heading, and Sphinx keeps the English)")
+    prose = MATH.sub("x", CODE.sub("x", FENCE.sub("\n", chinese)))
+    for m in re.finditer(rf"(?<=[{CJK_PUNCT}])\*+(?=[\w{HAN}])|(?<=[\w{HAN}])\*+(?=[{CJK_PUNCT}])", prose):
+        problems.append(f"emphasis marks between a punctuation mark and a character: …{prose[max(0, m.start() - 8):m.end() + 8]}… "
+                        "(CommonMark prints the asterisks; put the punctuation outside the **…**)")
+    for m in re.finditer(rf"(?<=[{HAN}{CJK_PUNCT}])\n(?=[{HAN}{CJK_PUNCT}])", prose):
+        problems.append(f"a line break inside Chinese text: …{prose[max(0, m.start() - 8):m.end() + 8]!r}… (shows as a space)")
+    for variant, reason in REJECTED.items():
+        if variant in chinese:
+            problems.append(f"'{variant}': {reason}")
+    plain = _strip(english)
+    for term, chinese_forms in pairs if pairs is not None else _pairs():
+        if re.search(rf"(?<![\w-]){re.escape(term)}(?:s|es)?(?![\w-])", plain, re.I) and not any(
+                form in chinese for form in chinese_forms):
+            problems.append(f"glossary: the English says '{term}', the translation has none of {list(chinese_forms)}")
+    return problems
+
+
+def check_catalog(path: Path) -> list[str]:
+    page = NOTEBOOKS not in path.parents
+    pairs = _pairs()
+    problems = []
+    for message in read_po(path):
+        if not message.id:
+            continue
+        where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: " + \
+            (f"[{message.context}] " if message.context else "") + repr(message.id[:60])
+        if not message.string:
+            problems.append(f"{where}: untranslated")
+            continue
+        if message.fuzzy:
+            problems.append(f"{where}: fuzzy (the English changed; confirm or fix the translation, then drop the flag)")
+        problems += [f"{where}: {p}" for p in check_message(message.id, message.string, page, pairs)]
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    paths = [Path(a).resolve() for a in (argv if argv is not None else sys.argv[1:])] or all_catalogs()
+    problems = [p for path in paths for p in check_catalog(path)]
+    print("\n".join(problems) or f"{len(paths)} catalog(s): no problem")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Sphinx extension for the course's two languages (English, the source, and the Chinese edition).
+
+Listed in `_config.yml`'s `sphinx.config.extensions` (Jupyter Book drops `local_extensions` when `extensions`
+is set). It does three things a translated Jupyter Book does not do by itself:
+
+- Display equations are marked untranslatable. Sphinx would otherwise extract them as messages and, for a
+  translated one, re-parse the text behind a reST `::` that MyST does not know: the page shows "::".
+- Each page gets `other_language_url` and `other_language_label` for `_templates/lang-switcher.html`: the same
+  page in the other language (the English site is at the root, the Chinese one under zh/; the exercise pages
+  live in exercises/ and exercises-zh/).
+- In the Chinese build, the search index is cut into words by jieba with the glossary's terms as a user
+  dictionary, so that 键值缓存 is one term and a query for it finds the page.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from docutils import nodes
+from sphinx import addnodes
+from sphinx.application import Sphinx
+from sphinx.transforms import SphinxTransform
+
+# The folder of the Chinese site inside the English one, and the exercise folders of the two languages.
+ZH_PREFIX = "zh/"
+EXERCISES = {"en": "exercises/", "zh": "exercises-zh/"}
+
+
+def is_chinese(language: str | None) -> bool:
+    return bool(language) and language.lower().startswith("zh")
+
+
+class UntranslatableMath(SphinxTransform):
+    """Keeps display math out of the catalogs: an equation is the same in every language."""
+
+    default_priority = 10  # before sphinx.transforms.i18n.Locale (20), which reads the catalogs
+
+    def apply(self, **kwargs: Any) -> None:
+        for node in self.document.findall(nodes.math_block):
+            node["translatable"] = False
+
+
+class ChineseExerciseLinks(SphinxTransform):
+    """In the Chinese site, a link to an exercise notebook leads to its Chinese twin in exercises-zh/.
+
+    The pages (and so their translations) name exercises/...; the Chinese site holds exercises-zh/ instead."""
+
+    default_priority = 30  # after Locale (20) has put the translated text, and its links, in place
+
+    def apply(self, **kwargs: Any) -> None:
+        if not is_chinese(self.config.language):
+            return
+        for node in self.document.findall(addnodes.pending_xref):
+            target = node.get("reftarget", "")
+            if EXERCISES["en"] in target and EXERCISES["zh"] not in target:
+                node["reftarget"] = target.replace(EXERCISES["en"], EXERCISES["zh"], 1)
+
+
+def twin_page(pagename: str, language: str | None) -> str:
+    """The page name of `pagename`'s twin in the other language's site (both sites' names are relative to
+    their own root): `exercises/ch01_x/ch01_x` <-> `exercises-zh/ch01_x/ch01_x`, every other page unchanged."""
+    source, target = ("zh", "en") if is_chinese(language) else ("en", "zh")
+    if pagename.startswith(EXERCISES[source]):
+        return EXERCISES[target] + pagename[len(EXERCISES[source]):]
+    return pagename
+
+
+def add_switcher_context(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    # pathto("", 1) is the relative way from this page to its site's root ("../../" or "").
+    to_root = context["pathto"]("", 1)
+    if to_root in ("", "#"):
+        to_root = ""
+    elif not to_root.endswith("/"):
+        to_root += "/"
+    twin = twin_page(pagename, app.config.language) + app.builder.out_suffix
+    if is_chinese(app.config.language):
+        context["other_language_url"] = to_root + "../" + twin
+        context["other_language_label"], context["other_language_code"] = "English", "en"
+    else:
+        context["other_language_url"] = to_root + ZH_PREFIX + twin
+        context["other_language_label"], context["other_language_code"] = "中文", "zh-CN"
+
+
+def chinese_search(app: Sphinx) -> None:
+    if not is_chinese(app.config.language):
+        return
+    import jieba  # Sphinx's Chinese search indexes no Chinese word without it
+
+    from coursekit.i18n.glossary import jieba_dictionary
+
+    jieba.setLogLevel(logging.WARNING)  # it reports building its prefix dictionary on stderr, which -W fails
+    work = Path(app.doctreedir)
+    work.mkdir(parents=True, exist_ok=True)
+    jieba.dt.tmp_dir = str(work)
+    dictionary = work / "jieba_glossary.txt"
+    dictionary.write_text(jieba_dictionary(), encoding="utf-8")
+    app.config.html_search_options = {**(app.config.html_search_options or {}), "dict": str(dictionary)}
+
+
+def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_transform(UntranslatableMath)
+    app.add_transform(ChineseExerciseLinks)
+    app.connect("html-page-context", add_switcher_context)
+    app.connect("builder-inited", chinese_search)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
