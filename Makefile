@@ -26,8 +26,8 @@ help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
 	@echo "make serve    serve the website on http://127.0.0.1:$(PORT)"
 	@echo "make test     run every check (the CI command)"
-	@echo "make lab      JupyterLab on work/, your own copy of exercises/ (students; LAB_PORT=$(LAB_PORT))"
-	@echo "make refresh  bring work/ up to date with changed releases, keeping your answers"
+	@echo "make lab      JupyterLab on work/, your own copy of exercises/ (students; LAB_PORT=$(LAB_PORT); LANG=zh: 中文)"
+	@echo "make refresh  bring work/ up to date with changed releases, keeping your answers (LANG=zh|en switches)"
 	@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
 	@echo "make chat     chat with SmolLM2-135M-Instruct on attnlab (ATTNLAB=_student: on your own export)"
 	@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
@@ -79,11 +79,16 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest
 
+# The course's language comes only from make's command line (`make lab LANG=zh`): the shell's own LANG (a locale
+# such as C.UTF-8) is not a choice of language. The commands then run with a real locale again.
+COURSE_LANG := $(if $(filter command line,$(origin LANG)),$(LANG),)
+WITH_LOCALE := env LANG=C.UTF-8
+
 lab: $(STAMP)
-	$(PY) -m coursekit.lab --port $(LAB_PORT)
+	$(WITH_LOCALE) $(PY) -m coursekit.lab --port $(LAB_PORT) --lang "$(COURSE_LANG)"
 
 refresh: $(STAMP)
-	$(PY) -m coursekit.refresh
+	$(WITH_LOCALE) $(PY) -m coursekit.refresh --lang "$(COURSE_LANG)"
 
 sync: $(STAMP)
 	$(PY) -m coursekit.sync

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from coursekit.layout import REPO_ROOT as ROOT
-from coursekit.workspace import WORK, ensure_work
+from coursekit.workspace import WORK, course_language, ensure_work
 
 STUDENT_CONFIG = Path(__file__).resolve().parent / "jupyter_student"
 DEFAULT_PORT = 8888
@@ -44,13 +44,15 @@ def port_is_free(port: int) -> bool:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, default=int(os.environ.get("LAB_PORT") or DEFAULT_PORT))
+    parser.add_argument("--lang", default="", help="en or zh: the language of the notebooks copied into work/ "
+                        "(default: the one asked for last, else English)")
     parser.add_argument("--work", type=Path, default=ROOT / WORK, help="the folder to serve (default: work/)")
     args, extra = parser.parse_known_args(argv)
     if not port_is_free(args.port):
         print(f"port {args.port} is already in use (another JupyterLab?): choose another with "
               f"`make lab LAB_PORT={args.port + 1}`", file=sys.stderr)
         return 2
-    ensure_work(ROOT, args.work)
+    ensure_work(ROOT, args.work, language=course_language(args.lang))
     token = secrets.token_hex(16)
     url = f"http://127.0.0.1:{args.port}/lab?token={token}"
     print(f"\nYour exercises are in {args.work}/ (your own copy: only `make refresh` changes it, and it keeps your "

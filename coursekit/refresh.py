@@ -11,6 +11,7 @@ to it first (NAME.before-refresh-N.ipynb), and a copy whose cells already match 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -19,7 +20,9 @@ import nbformat
 
 from coursekit.exporting import EXPORT_MARKER
 from coursekit.layout import CODE_STUB, REPO_ROOT
-from coursekit.workspace import WORK, record_release
+from coursekit.i18n.notebooks import LANGUAGE_KEY as LANGUAGE_METADATA
+from coursekit.i18n.notebooks import notebook_language
+from coursekit.workspace import RELEASES, WORK, course_language, record_release, remember_language
 
 
 def _key(cell) -> str | None:
@@ -72,6 +75,11 @@ def refreshed(copy: nbformat.NotebookNode, release: nbformat.NotebookNode) -> nb
                 (is_answer or (cell.get("id") not in release_ids and cell.source not in release_sources)):
             added.setdefault(anchor, []).append(cell)
     out = nbformat.v4.new_notebook(metadata=copy.metadata)
+    # The copy now follows this release, in its language (a Chinese copy refreshed from the English release
+    # becomes English).
+    out.metadata.pop(LANGUAGE_METADATA, None)
+    if LANGUAGE_METADATA in release.metadata:
+        out.metadata[LANGUAGE_METADATA] = release.metadata[LANGUAGE_METADATA]
     out.cells = list(added.get(None, []))
     for cell in release.cells:
         key = _key(cell)
@@ -95,7 +103,7 @@ def refresh(path: Path, release_path: Path, work: Path | None = None, log=print)
     new = refreshed(copy, release)
     if work is not None:
         record_release(work, path, release_path)
-    if [c.source for c in new.cells] == [c.source for c in copy.cells]:
+    if [c.source for c in new.cells] == [c.source for c in copy.cells] and new.metadata == copy.metadata:
         return False
     stamp = 1
     while (backup := path.with_name(f"{path.stem}.before-refresh-{stamp}{path.suffix}")).exists():
@@ -119,18 +127,24 @@ def refresh(path: Path, release_path: Path, work: Path | None = None, log=print)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=Path, help="copies in work/ (default: every one)")
+    parser.add_argument("--lang", default="", help="en or zh: switch the copies to this language's release "
+                        "(default: each copy keeps its own language)")
     args = parser.parse_args(argv)
+    switch_to = course_language(args.lang)
     work = REPO_ROOT / WORK
     notebooks = args.notebooks or sorted(p for p in work.glob("ch[0-9][0-9]_*/ch[0-9][0-9]_*.ipynb")
                                          if ".before-refresh-" not in p.name)
     changed = 0
     for path in notebooks:
         path = path.resolve()
-        release = REPO_ROOT / "exercises" / path.parent.name / f"{path.parent.name}.ipynb"
+        language = switch_to or notebook_language(json.loads(path.read_text(encoding="utf-8")))
+        release = REPO_ROOT / RELEASES[language] / path.parent.name / f"{path.parent.name}.ipynb"
         if not release.is_file():
-            print(f"{path}: no release exercises/{path.parent.name}/{release.name} to refresh it from", file=sys.stderr)
+            print(f"{path}: no release {release.relative_to(REPO_ROOT)} to refresh it from", file=sys.stderr)
             return 1
         changed += refresh(path, release, work)
+    if switch_to:
+        remember_language(work, switch_to)  # the next `make lab` copies new chapters in this language
     print(f"{changed} of {len(notebooks)} notebook(s) refreshed")
     return 0
 

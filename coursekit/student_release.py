@@ -22,14 +22,17 @@ import shutil
 import sys
 from pathlib import Path
 
+from coursekit.workspace import RELEASES
 from coursekit.sync import ROOT, chapter_notebooks, chapter_number, name_chapters, reference_package_before
 
 # The student side of the course tooling; coursekit/sync.py comes along because export.py uses two of its
 # helpers (it refuses to run without solutions/).
 TOOLING = ["coursekit/__init__.py", "coursekit/lab.py", "coursekit/export.py", "coursekit/exporting.py",
            "coursekit/workspace.py", "coursekit/release.py", "coursekit/sync.py", "coursekit/layout.py",
-           "coursekit/refresh.py", "coursekit/system_packages.sh", "coursekit/jupyter_student"]
-TOP_LEVEL = ["requirements.txt", "requirements-nodeps.txt", "_config.yml", "_static", ".gitignore"]
+           "coursekit/refresh.py", "coursekit/system_packages.sh", "coursekit/jupyter_student",
+           # _config.yml names the course's Sphinx extension; the notebooks' language is read by refresh.py.
+           "coursekit/sphinx_i18n.py", "coursekit/i18n"]
+TOP_LEVEL = ["requirements.txt", "requirements-nodeps.txt", "_config.yml", "_static", "_templates", ".gitignore"]
 
 MAKEFILE = """# The student copy of the course (made by `make student-release`): read, practise, export.
 PYTHON ?= python3
@@ -50,7 +53,7 @@ ATTNLAB ?=
 help:
 \t@echo "make book     build the website into _build/html"
 \t@echo "make serve    serve it on http://127.0.0.1:$(PORT)"
-\t@echo "make lab      JupyterLab on work/, your own copy of exercises/ (LAB_PORT=$(LAB_PORT))"
+\t@echo "make lab      JupyterLab on work/, your own copy of exercises/ (LAB_PORT=$(LAB_PORT); LANG=zh: 中文)"
 \t@echo "make refresh  bring work/ up to date with a new copy of the course, keeping your answers"
 \t@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
 \t@echo "make chat     chat with SmolLM2-135M-Instruct (ATTNLAB=_student: on your own export; chapter 7 on)"
@@ -77,11 +80,14 @@ serve: $(STAMP)
 \t@test -f _build/html/index.html || $(MAKE) book
 \t$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
+# `make lab LANG=zh`: the Chinese notebooks (only make's command line chooses; the shell's LANG is a locale).
+COURSE_LANG := $(if $(filter command line,$(origin LANG)),$(LANG),)
+
 lab: $(STAMP)
-\t$(PY) -m coursekit.lab --port $(LAB_PORT)
+\tenv LANG=C.UTF-8 $(PY) -m coursekit.lab --port $(LAB_PORT) --lang "$(COURSE_LANG)"
 
 refresh: $(STAMP)
-\t$(PY) -m coursekit.refresh
+\tenv LANG=C.UTF-8 $(PY) -m coursekit.refresh --lang "$(COURSE_LANG)"
 
 export: $(STAMP)
 \t$(PY) -m coursekit.export
@@ -110,6 +116,7 @@ of chapters {exercises}. Your instructor gives you a new copy when the next chap
 {site_note}```sh
 make book      # build the pages this copy runs on its own into _build/html
 make lab       # JupyterLab on work/, your own copy of the exercises (made on first use; nothing overwrites it)
+make lab LANG=zh   # the same with the notebooks' instructions in Chinese (中文); make refresh LANG=en switches back
 make refresh   # after a new copy of the course: update the given cells in work/, keeping your answers
 make export    # your own attnlab, from the notebooks in work/, into _student/attnlab
 ```
@@ -207,8 +214,9 @@ def write_release(upto_name: str, out: Path, root: Path = ROOT, site: Path | Non
         shutil.copy2(root / "book" / f"{name}.md", out / "book" / f"{name}.md")
     (out / "book" / "intro.md").write_text(_intro((root / "book" / "intro.md").read_text(), pages, exercises))
     for name in exercises:
-        shutil.copytree(root / "exercises" / name, out / "exercises" / name,
-                        ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+        for folder in RELEASES.values():   # exercises/ and its Chinese edition exercises-zh/
+            shutil.copytree(root / folder / name, out / folder / name,
+                            ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     for rel, text in reference_package_before(upto, root, command="make student-release").items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_text(text)

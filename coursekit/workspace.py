@@ -1,6 +1,6 @@
 """A learner's own copy of the exercises: work/, made on first use and never regenerated.
 
-exercises/ is generated: `make sync` rewrites it from solutions/. A learner who typed their answers
+exercises/ (and exercises-zh/, its Chinese edition) is generated: `make sync` rewrites it from solutions/. A learner who typed their answers
 there could lose them, so learners work in work/ instead. `make lab` serves it and `make export` reads it.
 A chapter released after the copy was made is added on the next `make lab`; a notebook already in
 work/ is never replaced, even when its release has changed since (the learner is told where the new one is).
@@ -25,12 +25,33 @@ def _fingerprint(path: Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def ensure_work(root: Path, work: Path | None = None, log=print) -> list[Path]:
-    """Copy into work/ every release file it lacks; never overwrite one. Returns the files copied."""
-    exercises = Path(root) / "exercises"
+# The release each language's copies are made from (make lab LANG=zh).
+RELEASES = {"en": "exercises", "zh_CN": "exercises-zh"}
+LANGUAGE_KEY = "language"  # in the record: the language the learner last asked for
+
+
+def course_language(asked: str | None) -> str | None:
+    """'zh', 'zh_CN', 'zh-CN' -> 'zh_CN'; 'en' -> 'en'; None or '' -> None. Anything else is an error."""
+    if not asked:
+        return None
+    if asked.lower().replace("-", "_") in ("zh", "zh_cn", "cn", "chinese"):
+        return "zh_CN"
+    if asked.lower().split("_")[0] in ("en", "english"):
+        return "en"
+    raise SystemExit(f"LANG={asked}: the course is in English (LANG=en) and Chinese (LANG=zh)")
+
+
+def ensure_work(root: Path, work: Path | None = None, log=print, language: str | None = None) -> list[Path]:
+    """Copy into work/ every release file it lacks, from the release of `language` (default: the language asked
+    for last, else English); never overwrite one. Returns the files copied."""
     work = Path(work) if work is not None else Path(root) / WORK
     record_path = work / RECORD
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    recorded = record.get(LANGUAGE_KEY, "en")
+    language = language or recorded
+    folder = RELEASES[language]
+    exercises = Path(root) / folder
+    had_copies = any(work.glob("ch[0-9][0-9]_*/ch[0-9][0-9]_*.ipynb"))
     copied = []
     for source in sorted(exercises.rglob("*")):
         if not source.is_file() or ".ipynb_checkpoints" in source.parts:
@@ -42,16 +63,30 @@ def ensure_work(root: Path, work: Path | None = None, log=print) -> list[Path]:
             shutil.copy2(source, target)
             record[rel] = _fingerprint(source)
             copied.append(target)
-        elif rel in record and record[rel] != _fingerprint(source):
-            log(f"note: exercises/{rel} has changed since your copy in {WORK}/ was made. "
+        elif rel in record and record[rel] != _fingerprint(source) and language == recorded:
+            log(f"note: {folder}/{rel} has changed since your copy in {WORK}/ was made. "
                 f"Your {WORK}/{rel} is kept as it is; `make refresh` brings its given cells and tests up to "
                 "date and keeps your answers (it saves the copy as it was first).")
-    if copied:
+    if language != recorded and had_copies:
+        log(f"note: the notebooks already in {WORK}/ stay in the language they were copied in; "
+            f"`make refresh LANG={'zh' if language == 'zh_CN' else 'en'}` switches them and keeps your answers.")
+    if copied or language != recorded:
+        record[LANGUAGE_KEY] = language
         record_path.parent.mkdir(parents=True, exist_ok=True)
         record_path.write_text(json.dumps(record, indent=1, sort_keys=True))
-        log(f"Copied {len(copied)} release file(s) from exercises/ into {work}/ (your own copy: "
+    if copied:
+        log(f"Copied {len(copied)} release file(s) from {folder}/ into {work}/ (your own copy: "
             "only `make refresh` changes it, and it keeps your answers).")
     return copied
+
+
+def remember_language(work: Path, language: str) -> None:
+    """Record the language a learner switched their copies to (`make refresh LANG=...`) for the next `make lab`."""
+    record_path = Path(work) / RECORD
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    record[LANGUAGE_KEY] = language
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(record, indent=1, sort_keys=True))
 
 
 def rescue(path: Path, root: Path, log=print) -> Path:

@@ -12,6 +12,7 @@ from tests.cheats import cheat_submissions
 from tests.submissions import REPO, known_wrong, released, submission, write
 
 CELL_TIMEOUT_S = 20
+ZH, ZH_FOLDER = "zh-", "exercises-zh"   # student-id prefix and release folder of the Chinese submissions
 
 
 def grade_files(assignment: str, files: list[Path], workspace: Path) -> dict[str, dict]:
@@ -61,11 +62,16 @@ def chapter_submissions(assignment: str) -> dict[str, nbformat.NotebookNode]:
     notebooks = {"solution": submission(assignment), "untouched": released(assignment)}
     notebooks |= {wrongs_id(group): submission(assignment, {w["cell"]: w["code"] for w in group})
                   for group in packed_wrongs(assignment)}
+    # The same answers in the Chinese notebook (exercises-zh/): the same grade and feedback (test_zh_grading.py).
+    first = packed_wrongs(assignment)[0]
+    notebooks |= {ZH + "solution": submission(assignment, folder=ZH_FOLDER),
+                  ZH + wrongs_id(first): submission(assignment, {w["cell"]: w["code"] for w in first}, folder=ZH_FOLDER)}
     return notebooks | cheat_submissions(assignment)
 
 
 def grade_chapter(assignment: str, folder: Path) -> dict[str, dict]:
-    """chapter_submissions graded in one CLI call: {student id: result}."""
+    """chapter_submissions graded in one CLI call: {student id: result}. The feedback pages are under
+    folder/workspace/feedback/<student id>/<assignment>/."""
     files = [write(nb, folder / "submissions" / f"{name}.ipynb") for name, nb in chapter_submissions(assignment).items()]
     return grade_files(assignment, files, folder / "workspace")
 

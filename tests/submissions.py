@@ -21,13 +21,15 @@ def solution_code(assignment: str) -> dict[str, str]:
             for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")}
 
 
-def released(assignment: str) -> nbformat.NotebookNode:
-    return nbformat.read(REPO / "exercises" / assignment / f"{assignment}.ipynb", as_version=4)
+def released(assignment: str, folder: str = "exercises") -> nbformat.NotebookNode:
+    """The release notebook; folder="exercises-zh" for its Chinese edition."""
+    return nbformat.read(REPO / folder / assignment / f"{assignment}.ipynb", as_version=4)
 
 
-def submission(assignment: str, replace: dict[str, str] | None = None, complete: bool = True) -> nbformat.NotebookNode:
+def submission(assignment: str, replace: dict[str, str] | None = None, complete: bool = True,
+               folder: str = "exercises") -> nbformat.NotebookNode:
     """The released notebook, its solution cells filled with the reference (if complete), then `replace` applied."""
-    nb = released(assignment)
+    nb = released(assignment, folder)
     code = solution_code(assignment) if complete else {}
     code.update(replace or {})
     for cell in nb.cells:

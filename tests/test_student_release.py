@@ -41,6 +41,8 @@ def test_the_copy_holds_no_answer_of_its_chapter_or_later(tmp_path, upto):
     # what the class needs: every exercise up to UPTO, and the earlier chapters' reference code
     for assignment in CHAPTERS:
         assert (out / "exercises" / assignment).is_dir() == (assignment <= upto), assignment
+        # the Chinese edition of the same notebooks (make lab LANG=zh)
+        assert (out / "exercises-zh" / assignment).is_dir() == (assignment <= upto), assignment
     assert (out / "attnlab" / "__init__.py").is_file()
 
 

@@ -5,7 +5,7 @@
 - every message translated and none fuzzy (a fuzzy or empty message shows the English);
 - the same math, code spans, code blocks, link and cross-reference targets in the translation as in the English;
 - a translated page message never starts with "1. " (MyST reads a list, and Sphinx silently keeps the English);
-- no `*`/`**` between a punctuation mark and a letter or ideograph (CommonMark then prints the asterisks);
+- emphasis marks that CommonMark's flanking rules would print as asterisks (`**数值稳定性。**按`);
 - no line break between two Chinese characters inside a paragraph (the browser shows it as a space);
 - the glossary's terms: the Chinese of an English term that the message uses, and none of the rejected variants.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+import unicodedata
 from collections import Counter
 from pathlib import Path
 
@@ -57,15 +58,45 @@ def _strip(text: str) -> str:
 
 def _spans(text: str) -> dict[str, Counter]:
     without_fences = FENCE.sub(" ", text)
-    without_code = CODE.sub(" ", without_fences)
+    without_roles = ROLE.sub(" ", without_fences)   # a role's text is translated; its target is compared below
+    without_code = CODE.sub(" ", without_roles)
     return {
         "code blocks": Counter(m.group(0) for m in FENCE.finditer(text)),
-        "code spans": Counter(m.group(0) for m in CODE.finditer(without_fences)),
+        "code spans": Counter(m.group(0) for m in CODE.finditer(without_roles)),
         "math": Counter(re.sub(r"\s+", " ", m.group(0)) for m in MATH.finditer(without_code)),
         "link targets": Counter(LINK.findall(without_code)) + Counter(AUTOLINK.findall(without_code))
         + Counter(m.group(2) or m.group(3) for m in ROLE.finditer(without_fences)),
         "roles": Counter(m.group(1) for m in ROLE.finditer(without_fences)),
     }
+
+
+def _is_punctuation(char: str) -> bool:
+    return unicodedata.category(char)[0] in "PS"
+
+
+def _emphasis_problems(prose: str) -> list[str]:
+    """CommonMark's flanking rules for `*` runs, taken in order as opener, closer, opener...: an opener must be
+    left-flanking and a closer right-flanking, or the asterisks are printed. Chinese has no spaces, so
+    `**数值稳定性。**按` (a closer after a punctuation mark, before a character) breaks where English would not."""
+    problems = []
+    # A list item's bullet and a lone `*` between spaces are no emphasis.
+    runs = [run for run in re.finditer(r"(?<![*\\])\*+", prose)
+            if not prose[run.end():run.end() + 1].isspace()
+            or (prose[:run.start()].split("\n")[-1].strip() and not prose[run.start() - 1:run.start()].isspace())]
+    for index, run in enumerate(runs):
+        before = prose[run.start() - 1] if run.start() else " "
+        after = prose[run.end()] if run.end() < len(prose) else " "
+        if index % 2 == 0:
+            ok = not after.isspace() and (not _is_punctuation(after) or before.isspace() or _is_punctuation(before))
+            side = "opening"
+        else:
+            ok = not before.isspace() and (not _is_punctuation(before) or after.isspace() or _is_punctuation(after))
+            side = "closing"
+        if not ok:
+            problems.append(f"the {side} {run.group(0)} of …{prose[max(0, run.start() - 10):run.end() + 10]}… is printed "
+                            "as asterisks (CommonMark: a punctuation mark inside the emphasis needs a space or another "
+                            "punctuation mark outside it; move the punctuation outside the **…**)")
+    return problems
 
 
 def _pairs() -> list[tuple[str, tuple[str, ...]]]:
@@ -89,10 +120,8 @@ def check_message(english: str, chinese: str, page: bool, pairs=None) -> list[st
             problems.append(f"{kind} differ: missing {sorted(missing)}, added {sorted(extra)}")
     if page and re.match(r"\d+\.\s", chinese):
         problems.append("starts with '1. ': write '1\\. ' (a list would replace the heading, and Sphinx keeps the English)")
-    prose = MATH.sub("x", CODE.sub("x", FENCE.sub("\n", chinese)))
-    for m in re.finditer(rf"(?<=[{CJK_PUNCT}])\*+(?=[\w{HAN}])|(?<=[\w{HAN}])\*+(?=[{CJK_PUNCT}])", prose):
-        problems.append(f"emphasis marks between a punctuation mark and a character: …{prose[max(0, m.start() - 8):m.end() + 8]}… "
-                        "(CommonMark prints the asterisks; put the punctuation outside the **…**)")
+    prose = MATH.sub("x", CODE.sub("x", ROLE.sub("x", FENCE.sub("\n", chinese))))
+    problems += _emphasis_problems(prose)
     for m in re.finditer(rf"(?<=[{HAN}{CJK_PUNCT}])\n(?=[{HAN}{CJK_PUNCT}])", prose):
         problems.append(f"a line break inside Chinese text: …{prose[max(0, m.start() - 8):m.end() + 8]!r}… (shows as a space)")
     for variant, reason in REJECTED.items():
