@@ -28,6 +28,20 @@ def graded(tmp_path_factory):
 
     def get(assignment: str) -> dict[str, dict]:
         if assignment not in cache:
-            cache[assignment] = grade_chapter(assignment, tmp_path_factory.mktemp(f"{assignment}-graded"))
+            folder = tmp_path_factory.mktemp(f"{assignment}-graded")
+            GRADED_FOLDERS[assignment] = folder
+            cache[assignment] = grade_chapter(assignment, folder)
         return cache[assignment]
+    return get
+
+
+GRADED_FOLDERS: dict[str, object] = {}
+
+
+@pytest.fixture(scope="session")
+def graded_folder(graded):
+    """graded_folder(assignment) -> the folder `graded` graded that chapter in (its workspace/ holds feedback/)."""
+    def get(assignment: str):
+        graded(assignment)
+        return GRADED_FOLDERS[assignment]
     return get
