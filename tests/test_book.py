@@ -14,15 +14,23 @@ CHAPTERS = ["book/ch01_qkv_softmax", "book/ch02_multihead", "book/ch03_add_norm_
             "book/ch05_decoding", "book/ch06_decoder", "book/ch07_llama_gqa",
             "book/ch08_mla", "book/ch09_paged", "book/ch10_paged_kernels"]
 EXERCISE_PAGES = [f"exercises/{Path(c).name}/{Path(c).name}" for c in CHAPTERS]
+ZH_EXERCISE_PAGES = [f"exercises-zh/{Path(c).name}/{Path(c).name}" for c in CHAPTERS]
+# The two sites: (folder under _build/html, the pages, the exercise pages).
+LANGUAGES = {"en": ("", CHAPTERS, EXERCISE_PAGES), "zh": ("zh/", CHAPTERS, ZH_EXERCISE_PAGES)}
 SCREENSHOTS = Path("_build") / "screenshots"
 
 
 @pytest.fixture(scope="module")
 def site(repo):
+    """The two sites, built as `make book` builds them: English, then Chinese into _build/html/zh."""
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     run = subprocess.run([str(jupyter_book), "build", ".", "--all", "--builder", "html", "-W", "-n", "--keep-going"],
                          cwd=repo, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, "book build failed:\n" + run.stdout[-6000:] + run.stderr[-3000:]
+    run = subprocess.run([sys.executable, "-m", "coursekit.i18n.book", "zh"], cwd=repo, capture_output=True, text=True,
+                         timeout=1800)
+    assert run.returncode == 0, "Chinese book build failed:\n" + run.stdout[-6000:] + run.stderr[-3000:]
+    assert not run.stderr.strip(), "the Chinese build printed to stderr:\n" + run.stderr[-3000:]
     return repo / "_build" / "html"
 
 
@@ -59,9 +67,11 @@ def test_chapter_math_renders_offline_and_search_finds_softmax(site, repo):
         assert not [f for f in b.failed if "favicon" not in f[0]], b.failed
 
 
-def test_chapter_code_prints_no_warning_or_error(site):
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_chapter_code_prints_no_warning_or_error(site, language):
+    folder = LANGUAGES[language][0]
     for chapter in CHAPTERS:
-        html = (site / f"{chapter}.html").read_text(encoding="utf-8")
+        html = (site / f"{folder}{chapter}.html").read_text(encoding="utf-8")
         # myst-nb renders a cell's stderr (warnings such as a font's missing glyph) in this block.
         assert 'class="output stderr' not in html, f"{chapter}: a code cell wrote to stderr"
         assert "Traceback" not in html, f"{chapter}: a code cell raised"
@@ -104,8 +114,9 @@ LAYOUT = """() => {
 }"""
 
 
+@pytest.mark.parametrize("language", LANGUAGES)
 @pytest.mark.parametrize("width", [1280, 800])
-def test_no_equation_code_or_output_runs_past_the_column(site, repo, width):
+def test_no_equation_code_or_output_runs_past_the_column(site, repo, width, language):
     """At a laptop's and a tablet's width, nothing is cut off or hidden behind a scrollbar: every displayed
     equation, code block and printed output fits the text column. At 1280 px no line of a chapter's code or output
     wraps either: the column holds the code's 120 characters, and outputs (tables, aligned numbers) are printed to
@@ -115,22 +126,24 @@ def test_no_equation_code_or_output_runs_past_the_column(site, repo, width):
     problems = []
     with serve(site) as base, browser() as b:
         b.page.set_viewport_size({"width": width, "height": 900})
-        for chapter in CHAPTERS + EXERCISE_PAGES:
-            b.page.goto(f"{base}/{chapter}.html", wait_until="load")
+        folder, chapters, exercise_pages = LANGUAGES[language]
+        for chapter in chapters + exercise_pages:
+            b.page.goto(f"{base}/{folder}{chapter}.html", wait_until="load")
             b.wait_for_math(minimum=1)
             boxes = b.page.evaluate(LAYOUT)
-            assert any(box["kind"] == "equation" for box in boxes) or chapter in EXERCISE_PAGES, chapter
-            assert any(box["kind"] == "output" for box in boxes) or chapter in EXERCISE_PAGES, chapter
+            assert any(box["kind"] == "equation" for box in boxes) or chapter in exercise_pages, chapter
+            assert any(box["kind"] == "output" for box in boxes) or chapter in exercise_pages, chapter
             for box in boxes:
                 where = f"{chapter} at {width} px, {box['kind']} {box['text']!r}"
                 if box["right"] > box["edge"] + 1:
                     problems.append(f"{where}: runs past the text column")
                 if box["width"] > box["visible"] + 1:
                     problems.append(f"{where}: {box['width']} px wide in a {box['visible']} px column")
-                wraps_allowed = box["kind"] == "code" and chapter in EXERCISE_PAGES   # the notebooks' test cells
+                wraps_allowed = box["kind"] == "code" and chapter in exercise_pages   # the notebooks' test cells
                 if width == 1280 and box["kind"] != "equation" and not wraps_allowed and box["shown"] > box["lines"]:
                     problems.append(f"{where}: {box['lines']} printed lines take {box['shown']} on the page")
-            b.page.screenshot(path=str(shots / f"{chapter.replace('/', '-')}-{width}px.png"), full_page=True)
+            b.page.screenshot(path=str(shots / f"{folder.replace('/', '-')}{chapter.replace('/', '-')}-{width}px.png"),
+                              full_page=True)
     assert not problems, "\n".join(problems)
 
 
@@ -182,3 +195,95 @@ def test_a_student_copy_carries_the_site_of_its_chapters_and_no_answer(site, tmp
     spans = "".join(f'<span class="n">{html.escape(part)}</span>' for part in re.split(r"(\W)", line) if part)
     planted = html.unescape(re.sub(r"<[^>]+>", "", f"<pre>{spans}</pre>"))
     assert line in planted
+
+
+# The article's prose: code, outputs and math removed (Python's `**` is no broken emphasis).
+ARTICLE_TEXT = """() => { const a = document.querySelector('article.bd-article').cloneNode(true);
+  a.querySelectorAll('pre, code, mjx-container, div.cell_output, script').forEach(e => e.remove());
+  return a.textContent; }"""
+
+
+def test_the_chinese_site_has_every_page_translated_with_the_same_math(site, repo):
+    """Each Chinese page against its English twin, in the browser: the same number of typeset display equations
+    (a translated equation once showed as '::'), the chapter's number in its title (a heading written '1. ' stays
+    English), Chinese text, no asterisks printed by broken emphasis, and the theme's labels in Chinese."""
+    shots = repo / SCREENSHOTS
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = []
+    with serve(site) as base, browser() as b:
+        for number, (page, exercise) in enumerate(zip(CHAPTERS, ZH_EXERCISE_PAGES), start=1):
+            counts = {}
+            for folder in ("", "zh/"):
+                b.page.goto(f"{base}/{folder}{page}.html", wait_until="load")
+                b.wait_for_math(minimum=1)
+                counts[folder] = (b.page.locator("mjx-container[display='true']").count(),
+                                  b.page.locator("mjx-container").count(),
+                                  b.page.locator("img[src*='_images/']").count())
+            text = b.page.evaluate(ARTICLE_TEXT)
+            title = b.page.locator("article h1").first.inner_text()
+            if counts[""] != counts["zh/"]:
+                problems.append(f"zh/{page}: (display equations, formulas, figures) {counts['zh/']}, English {counts['']}")
+            if not title.startswith(f"{number}. ") or not re.search(r"[\u4e00-\u9fff]", title):
+                problems.append(f"zh/{page}: title {title!r} is not the translated chapter {number}")
+            if "**" in text or re.search(r"^::", text, re.M):
+                problems.append(f"zh/{page}: markup printed as text ('**' or '::')")
+            if len(re.findall(r"[\u4e00-\u9fff]", text)) < len(text) / 10:
+                problems.append(f"zh/{page}: mostly not Chinese")
+            if b.page.get_attribute("html", "lang") != "zh-CN":
+                problems.append(f"zh/{page}: <html lang> is not zh-CN")
+            labels = b.page.evaluate("() => document.body.innerText")
+            if "Contents" in labels.split("\n") or "On this page" in labels or "Search this book" in labels:
+                problems.append(f"zh/{page}: an English label of the theme")
+            b.page.screenshot(path=str(shots / f"zh-{Path(page).name}.png"), full_page=False)
+            b.page.goto(f"{base}/zh/{exercise}.html", wait_until="load")
+            text = b.page.evaluate(ARTICLE_TEXT)
+            if len(re.findall(r"[\u4e00-\u9fff]", text)) < 100 or "**" in text:
+                problems.append(f"zh/{exercise}: the notebook's prose is not Chinese, or shows '**'")
+        assert not b.remote_requests(), b.remote_requests()
+    assert not problems, "\n".join(problems)
+
+
+def test_the_language_switcher_leads_to_the_same_page_and_back(site):
+    """Every page of both sites links to its twin in the other language, and the twin links back."""
+    pages = ["book/intro", *CHAPTERS, *EXERCISE_PAGES]
+    with serve(site) as base, browser() as b:
+        for page in pages:
+            start = f"{base}/{page}.html"
+            b.page.goto(start, wait_until="load")
+            switcher = b.page.locator("a.course-lang-switcher")
+            assert switcher.count() == 1 and switcher.inner_text().strip() == "中文", page
+            switcher.click()
+            b.page.wait_for_load_state("load")
+            expected = f"{base}/zh/{page.replace('exercises/', 'exercises-zh/')}.html"
+            assert b.page.url == expected, (page, b.page.url)
+            assert b.page.get_attribute("html", "lang") == "zh-CN"
+            back = b.page.locator("a.course-lang-switcher")
+            assert back.inner_text().strip() == "English", page
+            back.click()
+            b.page.wait_for_load_state("load")
+            assert b.page.url == start, (page, b.page.url)
+
+
+@pytest.mark.parametrize("query,pages", [
+    ("注意力", ["book/ch01_qkv_softmax", "book/ch02_multihead"]),
+    ("键值缓存", ["book/ch05_decoding", "book/ch07_llama_gqa", "book/ch09_paged"]),
+])
+def test_chinese_search_finds_the_pages(site, query, pages):
+    """Sphinx's Chinese search cuts words with jieba; 键值缓存 is one glossary word (coursekit/i18n/glossary.py)."""
+    with serve(site) as base, browser() as b:
+        b.page.goto(f"{base}/zh/search.html?q={query}", wait_until="load")
+        b.page.wait_for_selector("#search-results ul.search li a", timeout=30000)
+        b.page.wait_for_function("() => !document.querySelector('#search-progress') || "
+                                 "document.querySelector('#search-progress').innerText !== ''", timeout=30000)
+        hits = b.page.locator("#search-results ul.search li a").evaluate_all(
+            "els => els.map(e => new URL(e.href).pathname)")
+        for page in pages:
+            assert f"/zh/{page}.html" in hits, (query, page, hits)
+        assert all(h.startswith("/zh/") for h in hits), f"an English page among the Chinese results: {hits}"
+
+
+def test_the_chinese_exercise_page_offers_the_chinese_notebook(site, repo):
+    page = (site / "zh" / "exercises-zh" / "ch01_qkv_softmax" / "ch01_qkv_softmax.html").read_text(encoding="utf-8")
+    assert "NotImplementedError" in page and "Traceback" not in page
+    served = site / "zh" / "_sources" / "exercises-zh" / "ch01_qkv_softmax" / "ch01_qkv_softmax.ipynb"
+    assert served.read_bytes() == (repo / "exercises-zh" / "ch01_qkv_softmax" / "ch01_qkv_softmax.ipynb").read_bytes()

@@ -1,0 +1,192 @@
+"""The Chinese edition without a browser: the configuration both builds share, the catalogs (complete, current,
+and faithful to the English's math, code and links), the Chinese notebooks (the English release but for the
+prose), the glossary, and the learner's choice of language (make lab LANG=zh, make refresh)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursekit.i18n import lint
+from coursekit.i18n.book import ZH_OVERRIDES, build, chinese_toc, toc_captions
+from coursekit.i18n.catalogs import PAGES, all_catalogs, keys, read_po, templates
+from coursekit.i18n.notebooks import ZH_EXERCISES, catalog_path, markdown_messages, notebook_language, template
+from coursekit.sync import chapter_notebooks
+
+ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
+
+
+def test_both_builds_share_the_configuration_and_the_cache(repo):
+    from jupyter_book.config import get_final_config
+    config, _ = get_final_config(user_yaml=repo / "_config.yml", sourcedir=repo,
+                                 cli_config={**ZH_OVERRIDES, "latex_individualpages": False})
+    assert "coursekit.sphinx_i18n" in config["extensions"], "the course's extension (listed `extensions` drop local ones)"
+    assert config["gettext_compact"] is False, "one catalog per page, or the HTML build comes out all English"
+    assert config["nb_execution_cache_path"] == "_build/.jupyter_cache", "one execution cache for both languages"
+    assert config["language"] == "zh_CN" and config["locale_dirs"] == ["locales/"]
+    theme = config["html_theme_options"]
+    assert theme["search_bar_text"] != "Search this book..." and theme["home_page_in_toc"] is True, \
+        "the override changes the search label and keeps the other theme options"
+    assert "lang-switcher.html" in theme["article_header_end"]
+    assert "exercises-zh/*/*.ipynb" in config["nb_execution_excludepatterns"], "the Chinese notebooks are not run"
+
+
+def test_every_catalog_is_translated_and_faithful():
+    """No untranslated or fuzzy message; the same math, code and links as the English; the glossary's terms."""
+    catalogs = all_catalogs()
+    assert len(catalogs) == 1 + 11 + len(ASSIGNMENTS), catalogs   # _toc, 11 pages, one per notebook
+    problems = [p for path in catalogs for p in lint.check_catalog(path)]
+    assert not problems, "\n".join(problems[:40])
+
+
+@pytest.mark.parametrize("english,chinese,expected", [
+    ("The $QK^\\top$ product", "乘积 $QK^T$", "math differ"),
+    ("Call `softmax(x)`", "调用 `softmax(y)`", "code spans differ"),
+    ("See [chapter 2](ch02.md)", "见[第 2 章](ch03.md)", "link targets differ"),
+    ("1. Q, K, V and softmax", "1. Q、K、V 与 softmax", "starts with '1. '"),
+    ("**Numerical stability.** Written", "**数值稳定性。**按字面写", "printed as asterisks"),
+    ("the **KV cache** here", "这里的**“KV 缓存”**的", "printed as asterisks"),
+    ("tokens and attention", "词元与\n注意力", "line break inside Chinese"),
+    ("every token", "每个令牌", "'令牌'"),
+    ("the self-attention layer", "这一层", "glossary: the English says 'self-attention'"),
+])
+def test_the_lint_catches_each_fault(english, chinese, expected):
+    problems = lint.check_message(english, chinese, page=True)
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("english,chinese", [
+    ("**Numerical stability.** Written", "**数值稳定性**。按字面写"),
+    ("the **KV cache** here", "这里的“**KV 缓存**”"),
+    ("The {doc}`exercise notebook <../exercises/a/a>` asks", "{doc}`练习笔记本 <../exercises/a/a>`要求"),
+    ("1. Q, K, V and softmax", "1\\. Q、K、V 与 softmax"),
+])
+def test_the_lint_accepts_correct_chinese(english, chinese):
+    assert lint.check_message(english, chinese, page=True) == []
+
+
+def test_the_catalogs_match_a_fresh_extraction(repo, tmp_path):
+    """The pages' messages as Sphinx extracts them now (a gettext build, nothing executed), and the notebooks'
+    markdown cells: a catalog that misses a message or keeps a removed one is stale (`make i18n-extract`)."""
+    status = build("gettext", tmp_path / "gettext", tmp_path / "doctrees", {"nb_execution_mode": "off"})
+    assert status == 0
+    found = templates(tmp_path / "gettext")
+    pages = {pot: po for pot, po in found.items() if "exercises" not in pot.parts}
+    assert {po.relative_to(PAGES) for po in pages.values()} | {Path("_toc.po")} == \
+        {p.relative_to(PAGES) for p in PAGES.rglob("*.po")}, "a page without a catalog, or a catalog without a page"
+    for pot, po in pages.items():
+        assert keys(read_po(pot)) == keys(read_po(po)), f"{po} is stale: run `make i18n-extract`"
+    import yaml
+    captions = toc_captions(yaml.safe_load((repo / "_toc.yml").read_text(encoding="utf-8")))
+    assert {m.id for m in read_po(PAGES / "_toc.po") if m.id} == set(captions)
+    for assignment in ASSIGNMENTS:
+        release = json.loads((repo / "exercises" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+        assert keys(template(release)) == keys(read_po(catalog_path(assignment))), \
+            f"locales/zh_CN/notebooks/{assignment}.po is stale: run `make i18n-extract`"
+
+
+def test_the_chinese_toc_has_every_page_and_translated_captions(repo):
+    import yaml
+    toc = chinese_toc()
+    text = json.dumps(toc, ensure_ascii=False)
+    assert "exercises/" not in text and text.count("exercises-zh/") == len(ASSIGNMENTS)
+    english = toc_captions(yaml.safe_load((repo / "_toc.yml").read_text(encoding="utf-8")))
+    assert len(toc_captions(toc)) == len(english) and not set(toc_captions(toc)) & set(english)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_a_chinese_notebook_is_the_english_release_but_for_its_prose(repo, assignment):
+    """Same cells, ids, order and metadata; code and test cells byte for byte; every markdown cell translated.
+    This is what makes the grader treat both alike (test_zh_grading.py grades them)."""
+    english = json.loads((repo / "exercises" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+    chinese = json.loads((repo / ZH_EXERCISES / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+    assert [(c["cell_type"], c.get("id")) for c in chinese["cells"]] == [(c["cell_type"], c.get("id")) for c in english["cells"]]
+    for en, zh in zip(english["cells"], chinese["cells"]):
+        assert en["metadata"] == zh["metadata"]
+        if en["cell_type"] == "code":
+            assert json.dumps(en, sort_keys=True) == json.dumps(zh, sort_keys=True), en.get("id")
+        else:
+            assert en["source"] != zh["source"], f"markdown cell {en['id']} is not translated"
+    assert len({c.get("id") for c in english["cells"]}) == len(english["cells"]), "cell ids key the translations"
+    assert notebook_language(chinese) == "zh_CN" and notebook_language(english) == "en"
+    data = sorted(p.name for p in (repo / "exercises" / assignment).iterdir() if p.suffix != ".ipynb")
+    assert data == sorted(p.name for p in (repo / ZH_EXERCISES / assignment).iterdir() if p.suffix != ".ipynb")
+
+
+def test_the_glossary_is_the_projects_glossary(repo):
+    shared = repo.parent / "shared" / "GLOSSARY-zh.md"
+    if not shared.is_file():
+        pytest.skip("no ../shared/GLOSSARY-zh.md beside this checkout (a clone elsewhere)")
+    assert (repo / "locales" / "GLOSSARY-zh.md").read_bytes() == shared.read_bytes(), \
+        "locales/GLOSSARY-zh.md is a copy of ../shared/GLOSSARY-zh.md: copy it again"
+
+
+def test_the_search_dictionary_keeps_glossary_terms_whole():
+    import jieba
+
+    from coursekit.i18n.glossary import jieba_dictionary
+    words = {line.split()[0] for line in jieba_dictionary().splitlines()}
+    assert {"键值缓存", "注意力", "分组查询注意力", "块表"} <= words
+    tokenizer = jieba.Tokenizer()
+    tokenizer.tmp_dir = None
+    assert "键值缓存" not in tokenizer.lcut("使用键值缓存")   # jieba alone cuts it (so the dictionary is needed)
+    for word in words:
+        tokenizer.add_word(word, 1000)
+    assert "键值缓存" in tokenizer.lcut("使用键值缓存")
+
+
+def _answered(repo: Path, folder: str, assignment: str, answer: str) -> nbformat.NotebookNode:
+    nb = nbformat.read(repo / folder / assignment / f"{assignment}.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = answer
+    return nb
+
+
+def test_make_lab_lang_zh_copies_the_chinese_notebooks_and_refresh_keeps_the_language(repo, tmp_path):
+    """`make lab LANG=zh` on an empty work/ gives Chinese notebooks; `make refresh` of a Chinese copy keeps it
+    Chinese (it once turned it back to English) and keeps the answers; `make refresh LANG=en` switches it."""
+    from coursekit.refresh import refresh
+    from coursekit.workspace import RELEASES, ensure_work
+    work = tmp_path / "work"
+    ensure_work(repo, work, log=lambda _: None, language="zh_CN")
+    a = ASSIGNMENTS[0]
+    copy = work / a / f"{a}.ipynb"
+    assert copy.read_bytes() == (repo / ZH_EXERCISES / a / f"{a}.ipynb").read_bytes()
+    mine = _answered(repo, ZH_EXERCISES, a, "# my answer\nx = 1")
+    mine.cells[0].source = "# an older release's prose"   # as if the release changed since the copy was made
+    nbformat.write(mine, copy)
+    release = repo / RELEASES["zh_CN"] / a / f"{a}.ipynb"
+    assert refresh(copy, release, work, log=lambda _: None)
+    refreshed = nbformat.read(copy, as_version=4)
+    assert notebook_language(refreshed) == "zh_CN"
+    assert refreshed.cells[0].source == nbformat.read(release, as_version=4).cells[0].source
+    answers = [c.source for c in refreshed.cells if c.metadata.get("nbgrader", {}).get("solution")]
+    assert answers and all("# my answer" in s for s in answers)
+    refresh(copy, repo / RELEASES["en"] / a / f"{a}.ipynb", work, log=lambda _: None)
+    english = nbformat.read(copy, as_version=4)
+    assert notebook_language(english) == "en"
+    assert [c.source for c in english.cells if c.cell_type == "markdown"] == \
+        [c.source for c in nbformat.read(repo / "exercises" / a / f"{a}.ipynb", as_version=4).cells if c.cell_type == "markdown"]
+    assert all("# my answer" in c.source for c in english.cells if c.metadata.get("nbgrader", {}).get("solution"))
+
+
+def test_make_takes_the_language_from_its_command_line_only(repo):
+    """The shell's LANG is a locale, not a choice: `make lab` with LANG=en_US.UTF-8 in the environment is not
+    Chinese and not an error, and the commands run with a valid locale."""
+    import os
+    env = {**os.environ, "LANG": "zh_CN.UTF-8"}
+    plain = subprocess.run(["make", "-n", "lab"], cwd=repo, env=env, capture_output=True, text=True)
+    assert '--lang ""' in plain.stdout, plain.stdout
+    chosen = subprocess.run(["make", "-n", "lab", "LANG=zh"], cwd=repo, capture_output=True, text=True)
+    assert '--lang "zh"' in chosen.stdout and "LANG=C.UTF-8" in chosen.stdout, chosen.stdout
+    refresh = subprocess.run(["make", "-n", "refresh", "LANG=en"], cwd=repo, capture_output=True, text=True)
+    assert '--lang "en"' in refresh.stdout, refresh.stdout
+    bad = subprocess.run([sys.executable, "-m", "coursekit.refresh", "--lang", "fr"], cwd=repo, capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "LANG=zh" in bad.stderr + bad.stdout
