@@ -58,6 +58,8 @@ $(STAMP): requirements.txt requirements-nodeps.txt Makefile | system
 	touch $@
 
 book: $(STAMP)
+	# The figures' Chinese words are drawn when a page runs: a changed locales/zh_CN/figures.po empties the cache.
+	$(PY) -m coursekit.i18n.figures fresh-cache
 	# --all re-reads every page (executed cells still come from the cache), so a page whose code failed
 	# in an earlier build is run again and fails again, instead of being skipped as unchanged.
 	$(VENV)/bin/jupyter-book build . --all --builder html -W -n --keep-going
@@ -70,6 +72,7 @@ book: $(STAMP)
 i18n-extract: $(STAMP)
 	$(PY) -m coursekit.i18n.book gettext
 	$(PY) -m coursekit.i18n.catalogs update
+	@test -d _build/html/book && $(PY) -m coursekit.i18n.figures update || echo "run make book, then make i18n-extract again, for the figures' words"
 	$(PY) -m coursekit.i18n.catalogs stat
 
 serve: $(STAMP)

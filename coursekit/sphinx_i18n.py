@@ -5,7 +5,7 @@ is set). It does three things a translated Jupyter Book does not do by itself:
 
 - Display equations are marked untranslatable. Sphinx would otherwise extract them as messages and, for a
   translated one, re-parse the text behind a reST `::` that MyST does not know: the page shows "::".
-- Each page gets `other_language_url` and `other_language_label` for `_templates/lang-switcher.html`: the same
+- Each page gets `other_language_url` and `other_language_label` for `i18n/templates/lang-switcher.html`: the same
   page in the other language (the English site is at the root, the Chinese one under zh/; the exercise pages
   live in exercises/ and exercises-zh/).
 - In the Chinese build, the search index is cut into words by jieba with the glossary's terms as a user
@@ -98,7 +98,16 @@ def chinese_search(app: Sphinx) -> None:
     app.config.html_search_options = {**(app.config.html_search_options or {}), "dict": str(dictionary)}
 
 
+TEMPLATES = Path(__file__).resolve().parent / "i18n" / "templates"
+
+
+def add_templates(app: Sphinx, config: Any) -> None:
+    # The switcher's template travels with the extension: any book using _config.yml finds it.
+    config.templates_path = [*config.templates_path, str(TEMPLATES)]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.connect("config-inited", add_templates)
     app.add_transform(UntranslatableMath)
     app.add_transform(ChineseExerciseLinks)
     app.connect("html-page-context", add_switcher_context)

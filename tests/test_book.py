@@ -24,6 +24,7 @@ SCREENSHOTS = Path("_build") / "screenshots"
 def site(repo):
     """The two sites, built as `make book` builds them: English, then Chinese into _build/html/zh."""
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    subprocess.run([sys.executable, "-m", "coursekit.i18n.figures", "fresh-cache"], cwd=repo, check=True)
     run = subprocess.run([str(jupyter_book), "build", ".", "--all", "--builder", "html", "-W", "-n", "--keep-going"],
                          cwd=repo, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, "book build failed:\n" + run.stdout[-6000:] + run.stderr[-3000:]
@@ -55,7 +56,7 @@ def test_chapter_math_renders_offline_and_search_finds_softmax(site, repo):
             untypeset = b.page.locator("div.math, span.math").evaluate_all(
                 "els => els.filter(e => !e.querySelector('mjx-container')).length")
             assert untypeset == 0, f"{untypeset} formulas left as raw TeX"
-            assert b.page.locator("img[src*='_images/']").count() >= 2, "the chapter's figures are missing"
+            assert b.page.locator(".course-figure img.course-figure-en").count() >= 2, "the chapter's figures are missing"
             b.page.screenshot(path=str(shots / f"{Path(chapter).name}.png"), full_page=True)
             assert n_math > 0
         b.page.goto(f"{base}/search.html?q=softmax", wait_until="load")
@@ -218,7 +219,7 @@ def test_the_chinese_site_has_every_page_translated_with_the_same_math(site, rep
                 b.wait_for_math(minimum=1)
                 counts[folder] = (b.page.locator("mjx-container[display='true']").count(),
                                   b.page.locator("mjx-container").count(),
-                                  b.page.locator("img[src*='_images/']").count())
+                                  b.page.locator(".course-figure").count())
             text = b.page.evaluate(ARTICLE_TEXT)
             title = b.page.locator("article h1").first.inner_text()
             if counts[""] != counts["zh/"]:
@@ -231,6 +232,10 @@ def test_the_chinese_site_has_every_page_translated_with_the_same_math(site, rep
                 problems.append(f"zh/{page}: mostly not Chinese")
             if b.page.get_attribute("html", "lang") != "zh-CN":
                 problems.append(f"zh/{page}: <html lang> is not zh-CN")
+            shown = b.page.locator(".course-figure img").evaluate_all(
+                "els => els.filter(e => e.offsetWidth > 0).map(e => e.getAttribute('lang'))")
+            if shown != ["zh-CN"] * counts["zh/"][2]:
+                problems.append(f"zh/{page}: the figures shown are {shown}, not one Chinese image each")
             labels = b.page.evaluate("() => document.body.innerText")
             if "Contents" in labels.split("\n") or "On this page" in labels or "Search this book" in labels:
                 problems.append(f"zh/{page}: an English label of the theme")
@@ -287,3 +292,19 @@ def test_the_chinese_exercise_page_offers_the_chinese_notebook(site, repo):
     assert "NotImplementedError" in page and "Traceback" not in page
     served = site / "zh" / "_sources" / "exercises-zh" / "ch01_qkv_softmax" / "ch01_qkv_softmax.ipynb"
     assert served.read_bytes() == (repo / "exercises-zh" / "ch01_qkv_softmax" / "ch01_qkv_softmax.ipynb").read_bytes()
+
+
+def test_every_figure_is_drawn_in_chinese_with_the_current_catalog(site):
+    """Each figure's words (titles, axis labels, legends, texts) have a translation in locales/zh_CN/figures.po,
+    and the catalog holds exactly the words the figures have (`make i18n-extract` after `make book`)."""
+    from coursekit.figures import FIGURES_PO
+    from coursekit.i18n.catalogs import read_po
+    from coursekit.i18n.figures import figure_blocks, site_words
+    catalog = {m.id: m for m in read_po(FIGURES_PO) if m.id}
+    words = site_words(site)
+    assert words, "no figure words found: is the site built with coursekit.figures?"
+    assert set(catalog) == set(words), (f"figures.po is stale: missing {sorted(set(words) - set(catalog))[:5]}, "
+                                        f"unused {sorted(set(catalog) - set(words))[:5]}: run `make i18n-extract`")
+    for page in sorted((site / "zh" / "book").glob("*.html")):
+        for block_words, untranslated in figure_blocks(page):
+            assert not untranslated, f"{page.name}: a figure drawn without the translation of {untranslated}"

@@ -107,8 +107,11 @@ def stat(paths: Iterable[Path]) -> list[tuple[Path, int, int, int]]:
     return rows
 
 
+FIGURES = ROOT / LOCALE / "figures.po"
+
+
 def all_catalogs() -> list[Path]:
-    return sorted(PAGES.rglob("*.po")) + sorted(NOTEBOOKS.glob("*.po"))
+    return sorted(PAGES.rglob("*.po")) + sorted(NOTEBOOKS.glob("*.po")) + [FIGURES]
 
 
 def main(argv: list[str] | None = None) -> int:
