@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from coursekit.i18n.catalogs import NOTEBOOKS, all_catalogs, read_po
+from coursekit.i18n.catalogs import FIGURES, NOTEBOOKS, all_catalogs, read_po
 from coursekit.i18n.glossary import entries
 from coursekit.layout import REPO_ROOT as ROOT
 
@@ -94,7 +94,9 @@ def _pairs() -> list[tuple[str, tuple[str, ...]]]:
     return pairs
 
 
-def check_message(english: str, chinese: str, page: bool, pairs=None) -> list[str]:
+def check_message(english: str, chinese: str, page: bool, pairs=None, figure: bool = False) -> list[str]:
+    """The problems of one translation; `page`: a page's message (Sphinx re-parses it); `figure`: a figure's label,
+    whose line breaks are the figure's own."""
     problems = []
     a, b = _spans(english), _spans(chinese)
     for kind in a:
@@ -108,7 +110,7 @@ def check_message(english: str, chinese: str, page: bool, pairs=None) -> list[st
         problems.append(f"emphasis printed as asterisks: {printed} (CommonMark: a punctuation mark just inside "
                         "**…** needs a space or a punctuation mark just outside it; write **数值稳定性**。 not **数值稳定性。**)")
     prose = MATH.sub("x", CODE.sub("x", ROLE.sub("x", FENCE.sub("\n", chinese))))
-    for m in re.finditer(rf"(?<=[{HAN}{CJK_PUNCT}])\n(?=[{HAN}{CJK_PUNCT}])", prose):
+    for m in re.finditer(rf"(?<=[{HAN}{CJK_PUNCT}])\n(?=[{HAN}{CJK_PUNCT}])", "" if figure else prose):
         problems.append(f"a line break inside Chinese text: …{prose[max(0, m.start() - 8):m.end() + 8]!r}… (shows as a space)")
     for variant, reason in REJECTED.items():
         if variant in chinese:
@@ -122,7 +124,7 @@ def check_message(english: str, chinese: str, page: bool, pairs=None) -> list[st
 
 
 def check_catalog(path: Path) -> list[str]:
-    page = NOTEBOOKS not in path.parents
+    page = NOTEBOOKS not in path.parents and path != FIGURES
     pairs = _pairs()
     problems = []
     for message in read_po(path):
@@ -135,7 +137,8 @@ def check_catalog(path: Path) -> list[str]:
             continue
         if message.fuzzy:
             problems.append(f"{where}: fuzzy (the English changed; confirm or fix the translation, then drop the flag)")
-        problems += [f"{where}: {p}" for p in check_message(message.id, message.string, page, pairs)]
+        problems += [f"{where}: {p}" for p in check_message(message.id, message.string, page, pairs,
+                                                            figure=path == FIGURES)]
     return problems
 
 
