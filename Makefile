@@ -72,7 +72,8 @@ book: $(STAMP)
 i18n-extract: $(STAMP)
 	$(PY) -m coursekit.i18n.book gettext
 	$(PY) -m coursekit.i18n.catalogs update
-	@test -d _build/html/book && $(PY) -m coursekit.i18n.figures update || echo "run make book, then make i18n-extract again, for the figures' words"
+	@if test -d _build/html/book; then $(PY) -m coursekit.i18n.figures update; \
+	else echo "run make book, then make i18n-extract again, for the figures' words"; fi
 	$(PY) -m coursekit.i18n.catalogs stat
 
 serve: $(STAMP)
@@ -85,7 +86,7 @@ test: $(STAMP)
 # The course's language comes only from make's command line (`make lab LANG=zh`): the shell's own LANG (a locale
 # such as C.UTF-8) is not a choice of language. The commands then run with a real locale again.
 COURSE_LANG := $(if $(filter command line,$(origin LANG)),$(LANG),)
-WITH_LOCALE := env LANG=C.UTF-8
+WITH_LOCALE := $(if $(COURSE_LANG),env LANG=C.UTF-8,)
 
 lab: $(STAMP)
 	$(WITH_LOCALE) $(PY) -m coursekit.lab --port $(LAB_PORT) --lang "$(COURSE_LANG)"

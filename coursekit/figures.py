@@ -72,32 +72,40 @@ def _alt(texts: list) -> str:
 
 def bilingual_html(fig) -> str | None:
     """The figure in both languages, as the HTML block the page shows."""
-    if not fig.axes:
-        return None
+    if not fig.axes and not fig.images:
+        return None     # an empty figure, as IPython shows none
     texts = labelled_texts(fig)
     english_png, english_alt = _png(fig), _alt(texts)
     catalog = _catalog()
-    originals = [(t, t.get_text()) for t in texts]
+    originals = [(t, t.get_text(), t.get_fontfamily()) for t in texts]
     missing = []
     try:
-        for text, original in originals:
+        for text, original, _ in originals:
             if needs_translation(original):
                 if original in catalog:
                     text.set_text(catalog[original])
+                    if "$" in original and CHINESE_FONT:
+                        # matplotlib draws the words of a label holding math with the first font of the family
+                        # alone (no per-glyph fallback): the Chinese font, which has Latin letters too.
+                        text.set_fontfamily([CHINESE_FONT[0]])
                 else:
                     missing.append(original)
         chinese_png, chinese_alt = _png(fig), _alt(texts)
     finally:
-        for text, original in originals:
+        for text, original, family in originals:
             text.set_text(original)
+            text.set_fontfamily(family)
     attribute = html.escape(json.dumps(sorted(set(missing)), ensure_ascii=False), quote=True)
-    words = html.escape(json.dumps(sorted({o for _, o in originals if needs_translation(o)}), ensure_ascii=False),
+    words = html.escape(json.dumps(sorted({o for _, o, _ in originals if needs_translation(o)}), ensure_ascii=False),
                         quote=True)
     return (f'<div class="course-figure" data-words="{words}" data-untranslated="{attribute}">'
             f'<img class="course-figure-en" lang="en" alt="{html.escape(english_alt)}" '
             f'src="data:image/png;base64,{english_png}"/>'
             f'<img class="course-figure-zh" lang="zh-CN" alt="{html.escape(chinese_alt)}" '
             f'src="data:image/png;base64,{chinese_png}"/></div>')
+
+
+CHINESE_FONT: list[str] = []   # the font found by _chinese_font_fallback, if any
 
 
 def _chinese_font_fallback() -> None:
@@ -112,6 +120,7 @@ def _chinese_font_fallback() -> None:
             font_manager.fontManager.addfont(path)
     chinese = [f.name for f in font_manager.fontManager.ttflist
                if any(key in f.name for key in ("WenQuanYi", "Noto Sans CJK", "Noto Serif CJK"))]
+    CHINESE_FONT[:] = chinese[:1]
     family = list(plt.rcParams["font.family"])
     if chinese and chinese[0] not in family:
         plt.rcParams["font.family"] = [*(f for f in family if f != "sans-serif"), "DejaVu Sans", chinese[0]] \

@@ -67,6 +67,8 @@ def twin_page(pagename: str, language: str | None) -> str:
 
 
 def add_switcher_context(app: Sphinx, pagename: str, templatename: str, context: dict, doctree: Any) -> None:
+    if not (Path(app.srcdir) / "locales" / "zh_CN").is_dir():
+        return   # a book without the catalogs (a student copy) has no Chinese twin to link to
     # pathto("", 1) is the relative way from this page to its site's root ("../../" or "").
     to_root = context["pathto"]("", 1)
     if to_root in ("", "#"):

@@ -31,7 +31,7 @@ TOOLING = ["coursekit/__init__.py", "coursekit/lab.py", "coursekit/export.py", "
            "coursekit/workspace.py", "coursekit/release.py", "coursekit/sync.py", "coursekit/layout.py",
            "coursekit/refresh.py", "coursekit/system_packages.sh", "coursekit/jupyter_student",
            # _config.yml names the course's Sphinx extension; the notebooks' language is read by refresh.py.
-           "coursekit/sphinx_i18n.py", "coursekit/i18n"]
+           "coursekit/sphinx_i18n.py", "coursekit/i18n", "coursekit/figures.py"]
 TOP_LEVEL = ["requirements.txt", "requirements-nodeps.txt", "_config.yml", "_static", ".gitignore"]
 
 MAKEFILE = """# The student copy of the course (made by `make student-release`): read, practise, export.

@@ -63,8 +63,8 @@ def ensure_work(root: Path, work: Path | None = None, log=print, language: str |
             shutil.copy2(source, target)
             record[rel] = _fingerprint(source)
             copied.append(target)
-        elif rel in record and record[rel] != _fingerprint(source) and language == recorded:
-            log(f"note: {folder}/{rel} has changed since your copy in {WORK}/ was made. "
+        elif rel in record and record[rel] != _fingerprint(_release_of(target, source, root)):
+            log(f"note: {_release_of(target, source, root).relative_to(root)} has changed since your copy in {WORK}/ was made. "
                 f"Your {WORK}/{rel} is kept as it is; `make refresh` brings its given cells and tests up to "
                 "date and keeps your answers (it saves the copy as it was first).")
     if language != recorded and had_copies:
@@ -78,6 +78,19 @@ def ensure_work(root: Path, work: Path | None = None, log=print, language: str |
         log(f"Copied {len(copied)} release file(s) from {folder}/ into {work}/ (your own copy: "
             "only `make refresh` changes it, and it keeps your answers).")
     return copied
+
+
+def _release_of(copy: Path, source: Path, root: Path) -> Path:
+    """The release file a copy in work/ follows: the one of the copy's own language (a learner may hold notebooks
+    of both), else `source`."""
+    if copy.suffix != ".ipynb":
+        return source
+    try:
+        language = json.loads(copy.read_text(encoding="utf-8")).get("metadata", {}).get("course", {}).get("language", "en")
+    except (OSError, ValueError):
+        return source
+    release = Path(root) / RELEASES.get(language, RELEASES["en"]) / source.relative_to(source.parents[1])
+    return release if release.is_file() else source
 
 
 def remember_language(work: Path, language: str) -> None:

@@ -190,3 +190,35 @@ def test_make_takes_the_language_from_its_command_line_only(repo):
     bad = subprocess.run([sys.executable, "-m", "coursekit.refresh", "--lang", "fr"], cwd=repo, capture_output=True,
                          text=True)
     assert bad.returncode != 0 and "LANG=zh" in bad.stderr + bad.stdout
+
+
+def test_a_learner_with_notebooks_of_both_languages_gets_no_false_note(repo, tmp_path):
+    """Each copy is compared with the release of its own language: after switching, `make lab` says nothing
+    changed when nothing did (the record's fingerprints are of the release each copy came from)."""
+    from coursekit.workspace import ensure_work
+    work = tmp_path / "work"
+    notes: list[str] = []
+    ensure_work(repo, work, log=notes.append)                       # English copies
+    ensure_work(repo, work, log=notes.append, language="zh_CN")     # asks for Chinese: existing copies stay
+    notes.clear()
+    ensure_work(repo, work, log=notes.append)
+    ensure_work(repo, work, log=notes.append, language="en")
+    assert not [n for n in notes if "has changed" in n], notes
+
+
+def test_sync_keeps_a_learners_answers_in_exercises_zh_but_not_a_translators_edits(repo, tmp_path):
+    """`make sync` copies a notebook of exercises-zh/ into work/ before replacing it only when someone typed an
+    answer or added a cell there; a changed translation (the normal translate-then-sync loop) is no answer."""
+    from coursekit.release import same_answers_and_cells
+    a = ASSIGNMENTS[0]
+    release = (repo / ZH_EXERCISES / a / f"{a}.ipynb").read_bytes()
+    nb = nbformat.reads(release.decode(), as_version=4)
+    nb.cells[0].source = "# 另一种译法"
+    retranslated = nbformat.writes(nb).encode()
+    assert same_answers_and_cells(retranslated, release)
+    answered = nbformat.reads(release.decode(), as_version=4)
+    next(c for c in answered.cells if c.metadata.get("nbgrader", {}).get("solution")).source = "x = 1  # mine"
+    assert not same_answers_and_cells(nbformat.writes(answered).encode(), release)
+    added = nbformat.reads(release.decode(), as_version=4)
+    added.cells.append(nbformat.v4.new_markdown_cell("我的笔记"))
+    assert not same_answers_and_cells(nbformat.writes(added).encode(), release)

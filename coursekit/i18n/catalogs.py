@@ -49,7 +49,7 @@ def write_po(path: Path, catalog: Catalog) -> None:
         message.flags.discard("python-brace-format")
     buffer = io.BytesIO()
     _write_po(buffer, catalog, width=0, sort_output=False, omit_header=False, include_previous=True,
-              ignore_obsolete=True)
+              ignore_obsolete=False)
     text = buffer.getvalue().decode("utf-8")
     # babel writes the dates it was told not to know as empty fields; drop them so the header never changes.
     text = "\n".join(line for line in text.split("\n")
@@ -67,9 +67,10 @@ def write_template(path: Path, messages: Iterable[tuple[str, str]]) -> None:
 
 
 def merge(template: Catalog, catalog: Catalog) -> Catalog:
-    """`catalog` brought up to `template`: new messages empty, changed ones fuzzy, removed ones dropped."""
+    """`catalog` brought up to `template`: new messages empty, changed ones fuzzy, removed ones obsolete."""
+    # A removed message stays in the file as obsolete (#~), so that a rewritten paragraph's old translation
+    # is still at hand; Sphinx and the checks ignore it.
     catalog.update(template, no_fuzzy_matching=False, update_header_comment=False, keep_user_comments=True)
-    catalog.obsolete.clear()
     return catalog
 
 

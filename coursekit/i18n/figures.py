@@ -5,7 +5,8 @@
 
 The Chinese images are drawn when a page runs, and the execution cache knows only the code: a page run before a
 translation changed keeps its old image. `make book` therefore starts with `fresh-cache`, which empties the
-cache (every page runs again, a few minutes) when figures.po is not the one the cache was made with.
+cache (every page runs again, a few minutes) when figures.po, or coursekit/figures.py, is not the one the cache
+was made with.
 """
 from __future__ import annotations
 
@@ -54,7 +55,10 @@ def update(site: Path = SITE) -> Path:
 
 
 def _digest() -> str:
-    return hashlib.sha256(FIGURES_PO.read_bytes() if FIGURES_PO.is_file() else b"").hexdigest()
+    """Of the catalog and of the code that draws with it."""
+    digest = hashlib.sha256(FIGURES_PO.read_bytes() if FIGURES_PO.is_file() else b"")
+    digest.update((ROOT / "coursekit" / "figures.py").read_bytes())
+    return digest.hexdigest()
 
 
 def fresh_cache() -> bool:
