@@ -1,7 +1,7 @@
 """Sphinx extension for the course's two languages (English, the source, and the Chinese edition).
 
 Listed in `_config.yml`'s `sphinx.config.extensions` (Jupyter Book drops `local_extensions` when `extensions`
-is set). It does three things a translated Jupyter Book does not do by itself:
+is set). It does what a translated Jupyter Book does not do by itself:
 
 - Display equations are marked untranslatable. Sphinx would otherwise extract them as messages and, for a
   translated one, re-parse the text behind a reST `::` that MyST does not know: the page shows "::".
@@ -10,10 +10,14 @@ is set). It does three things a translated Jupyter Book does not do by itself:
   live in exercises/ and exercises-zh/).
 - In the Chinese build, the search index is cut into words by jieba with the glossary's terms as a user
   dictionary, so that 键值缓存 is one term and a query for it finds the page.
+- In the Chinese build, the themes' labels that stay English in any language (tooltips and screen-reader names,
+  some written in their templates without gettext) are replaced in the pages by those of
+  locales/zh_CN/theme.po.
 """
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +104,30 @@ def chinese_search(app: Sphinx) -> None:
     app.config.html_search_options = {**(app.config.html_search_options or {}), "dict": str(dictionary)}
 
 
+THEME_CATALOG = Path("locales") / "zh_CN" / "theme.po"
+LABELS = ("title", "aria-label", "data-bs-title", "placeholder")
+
+
+def translate_theme_labels(app: Sphinx, exception: Exception | None) -> None:
+    """Each label attribute whose whole value is a message of theme.po gets its translation, in every page."""
+    if exception is not None or app.builder.format != "html" or not is_chinese(app.config.language):
+        return
+    catalog = Path(app.srcdir) / THEME_CATALOG
+    if not catalog.is_file():
+        return
+    import html as html_escaping
+
+    from coursekit.i18n.catalogs import read_po
+
+    labels = {html_escaping.escape(m.id): html_escaping.escape(m.string) for m in read_po(catalog) if m.id and m.string}
+    pattern = re.compile(rf'\b({"|".join(LABELS)})="({"|".join(map(re.escape, labels))})"')
+    for page in Path(app.outdir).rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        translated = pattern.sub(lambda m: f'{m.group(1)}="{labels[m.group(2)]}"', text)
+        if translated != text:
+            page.write_text(translated, encoding="utf-8")
+
+
 TEMPLATES = Path(__file__).resolve().parent / "i18n" / "templates"
 
 
@@ -114,4 +142,5 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_transform(ChineseExerciseLinks)
     app.connect("html-page-context", add_switcher_context)
     app.connect("builder-inited", chinese_search)
+    app.connect("build-finished", translate_theme_labels)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

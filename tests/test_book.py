@@ -248,6 +248,31 @@ def test_the_chinese_site_has_every_page_translated_with_the_same_math(site, rep
     assert not problems, "\n".join(problems)
 
 
+def test_the_themes_labels_are_chinese_and_the_switcher_sits_in_the_header(site):
+    """Tooltips and screen-reader names of the Chinese pages (title, aria-label, ...) are Chinese: some are written
+    by the themes in English whatever the language, and locales/zh_CN/theme.po replaces them. The English image of
+    a bilingual figure, hidden there, keeps its English alt. The switcher shares the header's row with the theme's
+    buttons, at a desktop's width and a phone's."""
+    english = {}
+    for page in (site / "zh").rglob("*.html"):
+        text = re.sub(r'<img class="course-figure-en"[^>]*>', "", page.read_text(encoding="utf-8"))
+        text = re.sub(r'<a class="btn btn-sm course-lang-switcher".*?</a>', "", text, flags=re.S)
+        for value in re.findall(r'\b(?:title|aria-label|data-bs-title|placeholder)="([^"]*)"', text):
+            if re.search(r"[A-Za-z]{3,}", value) and not re.search(r"[\u4e00-\u9fff]", value):
+                english.setdefault(value, str(page.relative_to(site)))
+    assert not english, f"English labels on the Chinese site (add them to locales/zh_CN/theme.po): {english}"
+    with serve(site) as base, browser() as b:
+        for width in (1200, 420):
+            b.page.set_viewport_size({"width": width, "height": 900})
+            for folder in ("", "zh/"):
+                b.page.goto(f"{base}/{folder}{CHAPTERS[0]}.html", wait_until="load")
+                header = b.page.locator(".bd-header-article").bounding_box()
+                for item in (".course-lang-switcher", ".article-header-buttons"):
+                    box = b.page.locator(item).first.bounding_box()
+                    assert box and header["y"] <= box["y"] and box["y"] + box["height"] <= header["y"] + header["height"] + 1, \
+                        f"{folder}{CHAPTERS[0]} at {width}px: {item} {box} outside the header {header}"
+
+
 def test_the_language_switcher_leads_to_the_same_page_and_back(site):
     """Every page of both sites links to its twin in the other language, and the twin links back."""
     pages = ["book/intro", *CHAPTERS, *EXERCISE_PAGES]

@@ -39,7 +39,8 @@ def test_both_builds_share_the_configuration_and_the_cache(repo):
 def test_every_catalog_is_translated_and_faithful():
     """No untranslated or fuzzy message; the same math, code and links as the English; the glossary's terms."""
     catalogs = all_catalogs()
-    assert len(catalogs) == 1 + 11 + len(ASSIGNMENTS) + 1, catalogs   # _toc, 11 pages, one per notebook, figures
+    # _toc, 11 pages, one per notebook, figures, theme
+    assert len(catalogs) == 1 + 11 + len(ASSIGNMENTS) + 2, catalogs
     problems = [p for path in catalogs for p in lint.check_catalog(path)]
     assert not problems, "\n".join(problems[:40])
 

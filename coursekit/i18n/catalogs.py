@@ -109,10 +109,11 @@ def stat(paths: Iterable[Path]) -> list[tuple[Path, int, int, int]]:
 
 
 FIGURES = ROOT / LOCALE / "figures.po"
+THEME = ROOT / LOCALE / "theme.po"     # the themes' own labels, written by hand (coursekit/sphinx_i18n.py)
 
 
 def all_catalogs() -> list[Path]:
-    return sorted(PAGES.rglob("*.po")) + sorted(NOTEBOOKS.glob("*.po")) + [FIGURES]
+    return sorted(PAGES.rglob("*.po")) + sorted(NOTEBOOKS.glob("*.po")) + [FIGURES, THEME]
 
 
 def main(argv: list[str] | None = None) -> int:
