@@ -253,14 +253,16 @@ def test_the_themes_labels_are_chinese_and_the_switcher_sits_in_the_header(site)
     by the themes in English whatever the language, and locales/zh_CN/theme.po replaces them. The English image of
     a bilingual figure, hidden there, keeps its English alt. The switcher shares the header's row with the theme's
     buttons, at a desktop's width and a phone's."""
+    from coursekit.i18n.catalogs import THEME, read_po
+    replaced = {m.id for m in read_po(THEME) if m.id}     # the themes' own values, Taiwan's 列印 among them
     english = {}
     for page in (site / "zh").rglob("*.html"):
         text = re.sub(r'<img class="course-figure-en"[^>]*>', "", page.read_text(encoding="utf-8"))
         text = re.sub(r'<a class="btn btn-sm course-lang-switcher".*?</a>', "", text, flags=re.S)
         for value in re.findall(r'\b(?:title|aria-label|data-bs-title|placeholder)="([^"]*)"', text):
-            if re.search(r"[A-Za-z]{3,}", value) and not re.search(r"[\u4e00-\u9fff]", value):
+            if value in replaced or re.search(r"[A-Za-z]{3,}", value) and not re.search(r"[\u4e00-\u9fff]", value):
                 english.setdefault(value, str(page.relative_to(site)))
-    assert not english, f"English labels on the Chinese site (add them to locales/zh_CN/theme.po): {english}"
+    assert not english, f"labels on the Chinese site not translated by locales/zh_CN/theme.po: {english}"
     with serve(site) as base, browser() as b:
         for width in (1200, 420):
             b.page.set_viewport_size({"width": width, "height": 900})
