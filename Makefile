@@ -69,7 +69,9 @@ book: $(STAMP)
 
 # Translators: after an English edit, bring the catalogs of locales/zh_CN/ up to date (changed messages turn
 # fuzzy), translate, then `make sync` (the Chinese notebooks) and `make test`.
+# The notebooks' messages come from the releases in exercises/, so an edit of solutions/ is released first.
 i18n-extract: $(STAMP)
+	$(PY) -m coursekit.sync
 	$(PY) -m coursekit.i18n.book gettext
 	$(PY) -m coursekit.i18n.catalogs update
 	@if test -d _build/html/book; then $(PY) -m coursekit.i18n.figures update; \
