@@ -20,7 +20,7 @@ DECODING := env -u OMP_WAIT_POLICY
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve test lab refresh sync export chat engine grade bench train clean student-release i18n-extract
+.PHONY: help system setup book serve test lab refresh check sync export chat engine grade bench train clean student-release i18n-extract
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
@@ -28,6 +28,7 @@ help:
 	@echo "make test     run every check (the CI command)"
 	@echo "make lab      JupyterLab on work/, your own copy of exercises/ (students; LAB_PORT=$(LAB_PORT); LANG=zh: 中文)"
 	@echo "make refresh  bring work/ up to date with changed releases, keeping your answers (LANG=zh|en switches)"
+	@echo "make check NB=ch01   run your notebook in work/ from the top, as the grader will, and list its checks"
 	@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
 	@echo "make chat     chat with SmolLM2-135M-Instruct on attnlab (ATTNLAB=_student: on your own export)"
 	@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
@@ -98,6 +99,10 @@ refresh: $(STAMP)
 
 sync: $(STAMP)
 	$(PY) -m coursekit.sync
+
+check: $(STAMP)
+	@test -n "$(NB)" || { echo "name the notebook to check: make check NB=ch01"; exit 2; }
+	$(PY) -m coursekit.check $(NB)
 
 export: $(STAMP)
 	$(PY) -m coursekit.export

@@ -29,7 +29,7 @@ from coursekit.sync import ROOT, chapter_notebooks, chapter_number, name_chapter
 # helpers (it refuses to run without solutions/).
 TOOLING = ["coursekit/__init__.py", "coursekit/lab.py", "coursekit/export.py", "coursekit/exporting.py",
            "coursekit/workspace.py", "coursekit/release.py", "coursekit/sync.py", "coursekit/layout.py",
-           "coursekit/refresh.py", "coursekit/system_packages.sh", "coursekit/jupyter_student",
+           "coursekit/refresh.py", "coursekit/check.py", "coursekit/system_packages.sh", "coursekit/jupyter_student",
            # _config.yml names the course's Sphinx extension; the notebooks' language is read by refresh.py.
            "coursekit/sphinx_i18n.py", "coursekit/i18n", "coursekit/figures.py"]
 TOP_LEVEL = ["requirements.txt", "requirements-nodeps.txt", "_config.yml", "_static", ".gitignore"]
@@ -45,16 +45,17 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve lab refresh export chat engine bench train
+.PHONY: help system setup book serve lab refresh check export chat engine bench train
 
 # ATTNLAB=_student runs your own package (`make export`) instead of this copy's reference code, as in the course.
 ATTNLAB ?=
 
 help:
 \t@echo "make book     build the website into _build/html"
-\t@echo "make serve    serve it on http://127.0.0.1:$(PORT)"
+\t@echo "make serve    serve the website (site/, English and 中文) on http://127.0.0.1:$(PORT)"
 \t@echo "make lab      JupyterLab on work/, your own copy of exercises/ (LAB_PORT=$(LAB_PORT); LANG=zh: 中文)"
 \t@echo "make refresh  bring work/ up to date with a new copy of the course, keeping your answers"
+\t@echo "make check NB=ch01   run your notebook in work/ from the top, as the grader will, and list its checks"
 \t@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
 \t@echo "make chat     chat with SmolLM2-135M-Instruct (ATTNLAB=_student: on your own export; chapter 7 on)"
 \t@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
@@ -68,7 +69,7 @@ $(STAMP): requirements.txt requirements-nodeps.txt Makefile | system
 \ttest -x $(PY) || $(PYTHON) -m venv $(VENV)
 \t$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 \t$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
-\t$(PY) -c 'import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "attnlab-course.pth").write_text("$(CURDIR)\\\\n")'
+\t$(PY) -c 'import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "attnlab-course.pth").write_text("$(CURDIR)\\n")'
 \tmkdir -p $(VENV)/etc/ipython
 \techo 'c.IPKernelApp.log_level = "ERROR"' > $(VENV)/etc/ipython/ipython_kernel_config.py
 \ttouch $@
@@ -76,9 +77,13 @@ $(STAMP): requirements.txt requirements-nodeps.txt Makefile | system
 book: $(STAMP)
 \t$(VENV)/bin/jupyter-book build . --all --builder html -W -n --keep-going
 
+# The website your instructor built (site/, both languages) when the copy has one, else the one `make book` builds.
+SITE := $(if $(wildcard site/index.html),site,_build/html)
+
 serve: $(STAMP)
-\t@test -f _build/html/index.html || $(MAKE) book
-\t$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
+\t@test -f $(SITE)/index.html || $(MAKE) book
+\t@echo "English: http://127.0.0.1:$(PORT)/index.html$(if $(wildcard $(SITE)/zh/index.html),   中文: http://127.0.0.1:$(PORT)/zh/index.html)"
+\t$(PY) -m http.server --bind 127.0.0.1 --directory $(SITE) $(PORT)
 
 # `make lab LANG=zh`: the Chinese notebooks (only make's command line chooses; the shell's LANG is a locale).
 COURSE_LANG := $(if $(filter command line,$(origin LANG)),$(LANG),)
@@ -88,6 +93,10 @@ lab: $(STAMP)
 
 refresh: $(STAMP)
 \tenv LANG=C.UTF-8 $(PY) -m coursekit.refresh --lang "$(COURSE_LANG)"
+
+check: $(STAMP)
+\t@test -n "$(NB)" || { echo "name the notebook to check: make check NB=ch01"; exit 2; }
+\t$(PY) -m coursekit.check $(NB)
 
 export: $(STAMP)
 \t$(PY) -m coursekit.export
@@ -113,23 +122,63 @@ README = """# Attention, from QKV to PagedAttention: your copy of the course
 This copy holds the chapters up to {upto_title}: the pages of chapters {pages}, and the exercise notebooks
 of chapters {exercises}. Your instructor gives you a new copy when the next chapter opens.
 
-{site_note}```sh
-make book      # build the pages this copy runs on its own into _build/html
-make lab       # JupyterLab on work/, your own copy of the exercises (made on first use; nothing overwrites it)
-make lab LANG=zh   # the same with the notebooks' instructions in Chinese (中文); make refresh LANG=en switches back
-make refresh   # after a new copy of the course: update the given cells in work/, keeping your answers
-make export    # your own attnlab, from the notebooks in work/, into _student/attnlab
+## Set up, once
+
+```sh
+make setup     # the Debian packages chromium, bubblewrap and fonts-wqy-microhei (as root; otherwise it prints
+               # the command), then the Python packages into .venv, with this copy's attnlab importable
 ```
 
-The first `make` installs what the course needs: the Debian packages chromium, bubblewrap and
-fonts-wqy-microhei (as root; otherwise it prints the command), then Python packages into `.venv`.
-The `attnlab` folder holds the course's reference code for the chapters you have been graded on, so that
-the exercises of the current chapter can build on it. Submit your notebook as your instructor asks.
+Every other `make` command does this first when it has not been done, so you may also start with `make lab`.
+
+## Read the chapters
+
+{site_note}```sh
+make serve     # the website on http://127.0.0.1:8000, and its Chinese edition (中文) on /zh/ when site/ holds it
+make book      # build the pages this copy runs on its own into _build/html (English only)
+```
+
+## Do the exercises
+
+```sh
+make lab            # JupyterLab on work/, your own copy of the exercises (made on first use; nothing overwrites it)
+make lab LANG=zh    # the same with the notebooks' instructions in Chinese (中文); make refresh LANG=en switches back
+make refresh        # after a new copy of the course: update the given cells in work/, keeping your answers
+```
+
+Open `chNN_.../chNN_....ipynb` in work/, fill in each cell marked `# YOUR CODE HERE` (delete its
+`raise NotImplementedError()`), then run the test cell below it: its messages name the likely mistake. The
+hidden tests check harder cases when your notebook is graded. Code, test messages and feedback are in English
+in both languages.
+
+## Check a notebook before you submit it
+
+In JupyterLab: Kernel, then "Restart Kernel and Run All Cells"; every test cell should end with "visible checks
+passed". Or from a terminal, which runs your notebook from the top in a fresh kernel as the grader will, without
+changing it:
+
+```sh
+make check NB=ch03     # one line per test cell: passed, or the first line of its message
+```
+
+Then submit the `.ipynb` file in work/ as your instructor asks.
+
+## Your own attnlab
+
+```sh
+make export                  # your own attnlab, from the notebooks in work/, into _student/attnlab
+make chat ATTNLAB=_student   # from chapter 7 on: chat with SmolLM2-135M-Instruct on your own code
+```
+
+The `attnlab` folder holds the course's reference code for the chapters you have been graded on, so that the
+exercises of the current chapter can build on it; `make setup` makes it importable from every notebook in work/.
 """
 
 
 SITE_NOTE = """`site/index.html` is the course website up to chapter {last}, the chapter being graded included, as your
-instructor built it from the full course (its links to later chapters lead nowhere yet).
+instructor built it from the full course (its links to later chapters lead nowhere yet); `site/zh/index.html` is
+its Chinese edition. Every page has a switcher, English ⇄ 中文, in its header, which leads to the same page in
+the other language. Open the files in a browser, or serve them:
 
 """
 
