@@ -89,9 +89,11 @@ def _read(path: Path, assignment: str) -> list[dict]:
         if code == solutions[entry["cell"]]:
             raise KnownWrongError(f"{path.name} [{name}]: no edit, so it is the solution itself")
         # says: text the feedback of the first cell in `loses` must show (the mistake named for the student);
-        # demo: why the chapter's closing demo cannot show this mistake (tests/test_closing_demos.py), if it cannot
+        # demo: why the chapter's closing demo cannot show this mistake (tests/test_closing_demos.py), if it cannot;
+        # demo_says: text the closing demo's error must show for it (the function that raised, named for the student)
         found.append({"name": name, "cell": entry["cell"], "loses": list(entry["loses"]), "why": entry["why"],
-                      "says": entry.get("says", ""), "demo": entry.get("demo", ""), "code": code.strip() + "\n"})
+                      "says": entry.get("says", ""), "demo": entry.get("demo", ""),
+                      "demo_says": entry.get("demo_says", ""), "code": code.strip() + "\n"})
     return found
 
 

@@ -6,12 +6,14 @@ the torch path (10). A demo that only prints would tell a student with a wrong a
 So every known-wrong implementation of the chapter, put in place of the reference answer, must make the demo fail
 (an assertion or an error, in the notebook's cells outside the tests, run as "restart and run all" runs them).
 A mistake the demo cannot see (bad input the demo never gives, memory or compile-time only) says why in its
-`demo` field, and must then pass the demo, or the reason is stale."""
+`demo` field, and must then pass the demo, or the reason is stale. A mistake with `demo_says` (a graded
+known-wrong, or a mistake written for a visible message) must make the demo's error say that text: a demo that
+meets a bare IndexError or KeyError names the function that raised it, and what that usually means."""
 from __future__ import annotations
 
 import pytest
 
-from tests.submissions import known_wrong
+from tests.submissions import known_wrong, message_wrongs
 from tests.visible_checks import demo_failures
 
 DEMO_CHAPTERS = ["ch06_decoder", "ch07_llama_gqa", "ch08_mla", "ch09_paged", "ch10_paged_kernels"]
@@ -20,7 +22,7 @@ DEMO_CHAPTERS = ["ch06_decoder", "ch07_llama_gqa", "ch08_mla", "ch09_paged", "ch
 @pytest.mark.slow
 @pytest.mark.parametrize("assignment", DEMO_CHAPTERS)
 def test_known_wrong_implementations_fail_the_closing_demo(assignment):
-    wrongs = known_wrong(assignment)
+    wrongs = known_wrong(assignment) + [w for w in message_wrongs(assignment) if w["demo_says"]]
     results = demo_failures(assignment, [{}] + [{"answers": {w["cell"]: w["code"]}} for w in wrongs])
     assert results[0] is None, f"the reference answers fail the demo: {results[0]}"
     problems = []
@@ -30,4 +32,7 @@ def test_known_wrong_implementations_fail_the_closing_demo(assignment):
                             f"though its `demo` says it cannot: {wrong['demo']}")
         elif not wrong["demo"] and failure is None:
             problems.append(f"[{wrong['name']}] passes the closing demo: {wrong['why']}")
+        elif wrong["demo_says"] and wrong["demo_says"] not in failure["error"]:
+            problems.append(f"[{wrong['name']}] fails the demo with {failure['error'][:300]!r}, which does not say "
+                            f"{wrong['demo_says']!r}")
     assert not problems, "\n".join(problems)

@@ -3,8 +3,10 @@ builds its website and runs its exercises on its own."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -110,3 +112,62 @@ def test_the_leak_check_finds_an_answer_put_into_a_copy(tmp_path):
     answers = answer_lines("ch03_add_norm_ffn")
     found = [line for line in answers if line in (out / "attnlab" / "layers" / "norm.py").read_text()]
     assert found, "chapter 3's reference norm.py must contain chapter 3's solution lines"
+
+
+def test_the_copy_serves_both_sites_and_checks_a_notebook_as_its_readme_says(tmp_path):
+    """The copy's README names both sites and `make check`; its `make serve` serves site/ (not _build/html,
+    which the copy does not have), the Chinese edition at /zh/; `make check NB=ch01` runs a notebook of work/
+    from the top and says which test cells pass."""
+    import urllib.request
+
+    from tests.lab_session import free_port, set_up_copy, student_env
+    from tests.test_student_path import completed
+
+    site = tmp_path / "built"
+    for page, text in {"index.html": "English home", "zh/index.html": "中文首页",
+                       "book/ch01_qkv_softmax.html": "chapter 1", "book/ch02_multihead.html": "chapter 2"}.items():
+        (site / page).parent.mkdir(parents=True, exist_ok=True)
+        (site / page).write_text(text, encoding="utf-8")
+    out = write_release("ch01", tmp_path / "copy", site=site)
+    readme = (out / "README.md").read_text()
+    for named in ("site/index.html", "site/zh/index.html", "English ⇄ 中文", "make check NB=", "make lab LANG=zh"):
+        assert named in readme, f"the copy's README does not say {named!r}"
+    assert not (out / "site" / "book" / "ch02_multihead.html").exists(), "a later chapter's page is in the copy"
+    assert set_up_copy(out).returncode == 0
+
+    port = free_port()
+    server = subprocess.Popen(["make", "serve", f"PORT={port}"], cwd=out, env=student_env(), start_new_session=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        for _ in range(200):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/zh/index.html", timeout=5) as response:
+                    assert response.read().decode() == "中文首页"
+                break
+            except OSError:
+                assert server.poll() is None, server.stdout.read()
+                time.sleep(0.1)
+        else:
+            raise AssertionError("make serve did not answer")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/index.html", timeout=5) as response:
+            assert response.read().decode() == "English home"
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+    notebook = out / "work" / "ch01_qkv_softmax" / "ch01_qkv_softmax.ipynb"
+    notebook.parent.mkdir(parents=True)
+    released = nbformat.read(out / "exercises" / "ch01_qkv_softmax" / "ch01_qkv_softmax.ipynb", as_version=4)
+    nbformat.write(released, notebook)
+    unwritten = subprocess.run(["make", "check", "NB=ch01"], cwd=out, env=student_env(), capture_output=True,
+                               text=True, timeout=600)
+    assert unwritten.returncode != 0 and "FAILED  test_softmax_np: NotImplementedError" in unwritten.stdout, (
+        unwritten.stdout[-2000:] + unwritten.stderr[-2000:])
+    before = notebook.read_bytes()
+    nbformat.write(completed("ch01_qkv_softmax", notebook), notebook)
+    solved = notebook.read_bytes()
+    done = subprocess.run(["make", "check", "NB=ch01"], cwd=out, env=student_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and "passed  test_softmax_np" in done.stdout and "FAILED" not in done.stdout, (
+        done.stdout[-2000:] + done.stderr[-2000:])
+    assert notebook.read_bytes() == solved != before, "make check must leave the student's notebook as it was"

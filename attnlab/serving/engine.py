@@ -69,6 +69,7 @@ class EngineStats:
     preemptions: int = 0
     peak_blocks: int = 0                  # the most blocks held at once
     peak_rows: int = 0                    # the most rows running at once, forks included
+    peak_tokens: int = 0                  # the most tokens one step computed (at most max_num_batched_tokens)
     seconds: float = 0.0
 
 
@@ -176,6 +177,7 @@ class Engine:
         held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
         self.stats.peak_blocks = max(self.stats.peak_blocks, held)
         self.stats.peak_rows = max(self.stats.peak_rows, self.scheduler.num_rows)
+        self.stats.peak_tokens = max(self.stats.peak_tokens, batch.num_tokens)
         for row, seq in enumerate(batch.seqs):
             if seq.num_scheduled == 1 and seq.num_generated > 0:
                 self.stats.decode_tokens += 1

@@ -88,7 +88,8 @@ class Scheduler:
                               f"are free, and preemption is off")
 
     def schedule(self) -> SchedulerOutput:
-        """One step of continuous batching with chunked prefill, in this order (vLLM v1 schedules so by default).
+        """One step of continuous batching with chunked prefill, by rules 0-3 of this exercise's instructions,
+        which say in full what this summary says in short.
 
         0. Every sequence's num_scheduled starts at 0. With preemption off, self.check_room() first.
         1. Running sequences, oldest first, while the budget lasts: each is given n = its uncomputed tokens, at
@@ -101,8 +102,9 @@ class Scheduler:
            - the rows running (self.num_rows, those admitted before it in this step included) plus its own
              seq.num_rows stay within max_num_seqs, and
            - after manager.allocate(seq) (its prefix-cache hits, which cost no budget), with n = its remaining
-             tokens, at most what is left of the budget: manager.blocks_needed(seq, n) plus one block held back
-             for each row already running is at most the free blocks. If not, manager.free(seq) and stop.
+             tokens, at most what is left of the budget: manager.blocks_needed(seq, n) + self.num_rows (one block
+             held back for each row running now, those admitted before it in this step included) is at most the
+             free blocks. If not, manager.free(seq) and stop.
            A sequence that fits leaves waiting for the end of running and is scheduled as in 1.
         Returns the scheduled sequences, those with one token first, in order, then the others in order."""
         for seq in self.running:
