@@ -16,14 +16,20 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.decoding.streaming
         stream [7]
     attnlab.kernels.hopper
-        HOPPER_SHARED_BYTES, HopperBinary, INTERPRETED, KernelCompileError, compile_for_hopper,
-        kernel_source, launch [10]
+        HOPPER_SHARED_BYTES, HopperBinary, INTERPRETED, KernelCompileError, TL_NAMES,
+        compile_for_hopper, kernel_source, launch [10]
     attnlab.kernels.interpreter
         select_interpreter [10]
     attnlab.kernels.paged_decode
-        paged_decode_kernel, compile_paged_decode, dot_precision, paged_decode [10]
+        paged_decode_kernel, SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_DIMS, WHOLE_BLOCK_BYTES,
+        compile_paged_decode, dot_precision, paged_decode [10]
     attnlab.kernels.paged_mla
-        paged_mla_decode_kernel, MLA_BLOCK_H, compile_paged_mla_decode, paged_mla_decode [10]
+        paged_mla_decode_kernel, MLA_BLOCK_H, MLA_MAX_LATENT, MLA_TILE_N, compile_paged_mla_decode,
+        paged_mla_decode [10]
+    attnlab.kernels.split_kv
+        paged_decode_split_kernel, split_bounds, combine_splits_kernel, DecodePlan, H200_SMS,
+        MAX_SPLITS, combine_splits, compile_paged_decode_split, decode_plan, gqa_tile, operand_type,
+        paged_decode_split, split_buffers [10]
     attnlab.layers.attention
         attention_scores, scaled_dot_product_attention [1]
     attnlab.layers.decoder_layer

@@ -39,12 +39,17 @@ results = []
 # the loads, and the shared memory it needs is what the GPU would need.
 attrs = {(i,): [["tt.divisibility", 16]] for i, name in enumerate(kernel.arg_names) if name in job["divisible"]}
 for constexprs in job["constexprs"]:
+    # a tl dtype (an OPERAND) travels as its name
+    constexprs = {k: getattr(triton.language, v[3:]) if isinstance(v, str) and v.startswith("tl.") else v
+                  for k, v in constexprs.items()}
     types = {name: "constexpr" if name in constexprs else job["signature"][name] for name in kernel.arg_names}
     try:
-        compiled = triton.compile(ASTSource(kernel, types, constexprs, attrs=attrs), target=GPUTarget("cuda", 90, 32))
+        compiled = triton.compile(ASTSource(kernel, types, constexprs, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+                                  options=job["options"] or None)
         results.append({"ptx_lines": compiled.asm["ptx"].count(chr(10)), "cubin_bytes": len(compiled.asm["cubin"]),
                         "shared_bytes": compiled.metadata.shared,
-                        "tf32_instructions": sum(".tf32" in line for line in compiled.asm["ptx"].splitlines())})
+                        "tf32_instructions": sum(".tf32" in line for line in compiled.asm["ptx"].splitlines()),
+                        "wgmma_instructions": sum("wgmma.mma_async" in line for line in compiled.asm["ptx"].splitlines())})
     except Exception as exc:
         results.append({"error": type(exc).__name__ + ": " + str(exc)})
 print(json.dumps(results))
@@ -56,6 +61,7 @@ class KernelCompileError(ValueError):
 
 
 HOPPER_SHARED_BYTES = 227 * 1024     # the most shared memory one program may use on an H100 or H200
+TL_NAMES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64"}
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,7 @@ class HopperBinary:
     cubin_bytes: int         # the cubin: sm_90 machine code, what a GPU loads
     shared_bytes: int        # shared memory one program needs
     tf32_instructions: int   # PTX instructions that multiply in TF32 (10-bit mantissas): 0 for IEEE float32 dots
+    wgmma_instructions: int = 0   # Hopper's warpgroup tensor-core multiplies (wgmma): bf16 tiles of 64 rows use them
 
 
 def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> None:
@@ -102,11 +109,12 @@ def kernel_source(kernel) -> str:
 
 
 def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[str, int]],
-                       divisible: tuple[str, ...] = ()) -> list[HopperBinary]:
+                       divisible: tuple[str, ...] = (), options: dict | None = None) -> list[HopperBinary]:
     """Compile a @triton.jit kernel ahead of time for Hopper (compute capability 9.0: H100, H200) on any machine,
     with no GPU, once per set of compile-time constants. signature: each runtime argument's type, such as "*bf16"
     or "i32"; divisible: the arguments a launch would find divisible by 16. Raises KernelCompileError, with the
-    compiler's message, if a variant fails or needs more shared memory than a Hopper GPU has."""
+    compiler's message, if a variant fails or needs more shared memory than a Hopper GPU has. options: Triton's
+    launch options (num_warps, num_stages) the kernel will be launched with; a constant may be a tl dtype."""
     missing = [name for name in kernel.arg_names if name not in signature and name not in constexprs[0]]
     if missing:
         raise ValueError(f"{kernel.fn.__name__}: no type given for {missing}")
@@ -114,8 +122,10 @@ def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[
         path = Path(folder, "kernel_source.py")
         path.write_text(kernel_source(kernel), encoding="utf-8")
         env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(Path(folder, "cache"))}
+        named = [{k: f"tl.{TL_NAMES[v.name]}" if isinstance(v, tl.dtype) else v for k, v in c.items()}
+                 for c in constexprs]
         job = json.dumps({"path": str(path), "name": kernel.fn.__name__, "signature": signature,
-                          "constexprs": constexprs, "divisible": list(divisible)})
+                          "constexprs": named, "divisible": list(divisible), "options": options or {}})
         done = subprocess.run([sys.executable, "-c", _COMPILE], input=job, capture_output=True, text=True,
                               env=env, timeout=300)
     if done.returncode != 0:
@@ -129,5 +139,5 @@ def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[
             raise KernelCompileError(f"{kernel.fn.__name__} with {variant} needs {result['shared_bytes']} bytes of "
                                      f"shared memory; a Hopper GPU gives one program {HOPPER_SHARED_BYTES}")
         binaries.append(HopperBinary(variant, result["ptx_lines"], result["cubin_bytes"], result["shared_bytes"],
-                                     result["tf32_instructions"]))
+                                     result["tf32_instructions"], result["wgmma_instructions"]))
     return binaries

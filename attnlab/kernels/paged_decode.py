@@ -52,6 +52,14 @@ def paged_decode_kernel(out_ptr, q_ptr, k_pool_ptr, v_pool_ptr, block_tables_ptr
 
 
 # cell 'paged_decode'
+# The shapes the kernels are compiled and tested for (tests/test_attnlab_kernels.py compiles each for Hopper):
+# anything else gets a ValueError before launch, not a compiler's out-of-resources error.
+SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
+SUPPORTED_BLOCK_SIZES = (16, 32, 64, 128)
+# Exercise 1 holds a whole block of keys and one of values in shared memory: at most this many bytes of them.
+WHOLE_BLOCK_BYTES = 128 * 1024
+
+
 def _check_pools(name: str, pools: list[torch.Tensor], block_tables: torch.Tensor, context_lens: torch.Tensor,
                  batch: int, device: torch.device, check_lengths: bool) -> None:
     """The checks both launchers share: pools whose last dimension is contiguous, tables and lengths that fit."""
@@ -61,8 +69,9 @@ def _check_pools(name: str, pools: list[torch.Tensor], block_tables: torch.Tenso
                              f"dimension, on the queries' device; got {tuple(pool.shape)} with strides "
                              f"{pool.stride()} on {pool.device}")
     block_size = pools[0].shape[1]
-    if block_size < 16 or block_size & (block_size - 1):
-        raise ValueError(f"{name}: block_size must be a power of two >= 16 (a tl.dot dimension), got {block_size}")
+    if block_size not in SUPPORTED_BLOCK_SIZES:
+        raise ValueError(f"{name}: block_size must be one of {SUPPORTED_BLOCK_SIZES} (a power of two >= 16, a tl.dot "
+                         f"dimension; at most 128, so that a block's tile fits shared memory), got {block_size}")
     if block_tables.dim() != 2 or tuple(context_lens.shape) != (batch,) or block_tables.shape[0] != batch:
         raise ValueError(f"{name}: need block_tables (B, max_blocks) and context_lens (B,) with B = {batch}, got "
                          f"{tuple(block_tables.shape)} and {tuple(context_lens.shape)}")
@@ -99,9 +108,13 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, bl
                          f"{tuple(q.shape)}, {tuple(k_pool.shape)} and {tuple(v_pool.shape)}")
     batch, n_heads, d_head = q.shape
     num_blocks, block_size, n_kv_heads, pool_d = k_pool.shape
-    if pool_d != d_head or n_heads % n_kv_heads or d_head < 16 or d_head & (d_head - 1):
+    if pool_d != d_head or n_heads % n_kv_heads or d_head not in SUPPORTED_HEAD_DIMS:
         raise ValueError(f"need n_heads ({n_heads}) a multiple of n_kv_heads ({n_kv_heads}), and q's head dim "
-                         f"({d_head}) equal to the pool's ({pool_d}), a power of two >= 16")
+                         f"({d_head}) equal to the pool's ({pool_d}), one of {SUPPORTED_HEAD_DIMS}")
+    if 2 * block_size * d_head * 4 > WHOLE_BLOCK_BYTES:      # the kernel computes in float32
+        raise ValueError(f"paged_decode reads a whole block of {block_size} keys and values of {d_head} numbers at "
+                         f"once, beyond the shared memory of a Hopper multiprocessor: use paged_decode_split, which "
+                         f"reads tiles of positions")
     _check_pools("paged_decode", [k_pool, v_pool], block_tables, context_lens, batch, q.device, check_lengths)
     group = n_heads // n_kv_heads
     q = q.contiguous()

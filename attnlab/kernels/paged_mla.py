@@ -8,62 +8,76 @@ import triton.language as tl
 
 from attnlab.kernels.hopper import HopperBinary, compile_for_hopper, launch
 from attnlab.kernels.paged_decode import _check_pools, _output, dot_precision
+from attnlab.kernels.split_kv import MAX_SPLITS, combine_splits, decode_plan, operand_type, split_bounds, split_buffers
 
 
 # cell 'paged_mla_decode_kernel'
 @triton.jit
-def paged_mla_decode_kernel(out_ptr, q_latent_ptr, q_rope_ptr, c_kv_pool_ptr, k_rope_pool_ptr, block_tables_ptr,
-                            context_lens_ptr, scale, n_heads,
-                            stride_qb, stride_qh, stride_qrb, stride_qrh, stride_ob, stride_oh, stride_tb,
-                            stride_cb, stride_cs, stride_rb, stride_rs,
+def paged_mla_decode_kernel(part_out_ptr, part_lse_ptr, q_latent_ptr, q_rope_ptr, c_kv_pool_ptr, k_rope_pool_ptr,
+                            block_tables_ptr, context_lens_ptr, scale, n_heads,
+                            stride_qb, stride_qh, stride_qrb, stride_qrh, stride_pb, stride_ph, stride_ps,
+                            stride_lb, stride_lh, stride_tb, stride_cb, stride_cs, stride_rb, stride_rs,
                             BLOCK_H: tl.constexpr, BLOCK_SIZE: tl.constexpr, D_LATENT: tl.constexpr,
-                            D_ROPE: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    # Program (j, b): query heads j * BLOCK_H ... of sequence b. q_latent, out: (B, H, D_LATENT), strides stride_q*
-    # and stride_o*; q_rope: (B, H, D_ROPE), strides stride_qr*; c_kv_pool: (num_blocks, BLOCK_SIZE, 1, D_LATENT),
-    # strides stride_c*; k_rope_pool: (num_blocks, BLOCK_SIZE, 1, D_ROPE), strides stride_r*; block_tables:
-    # (B, max_blocks) int32; context_lens: (B,) int32.
+                            D_ROPE: tl.constexpr, TILE_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                            OPERAND: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    # Program (j, b, split): query heads j * BLOCK_H ... of sequence b, over the positions split_bounds gives it.
+    # q_latent: (B, H, D_LATENT), strides stride_q*; q_rope: (B, H, D_ROPE), strides stride_qr*; c_kv_pool:
+    # (num_blocks, BLOCK_SIZE, 1, D_LATENT), strides stride_c*; k_rope_pool: (num_blocks, BLOCK_SIZE, 1, D_ROPE),
+    # strides stride_r*; block_tables: (B, max_blocks) int32; context_lens: (B,) int32. part_out: (B, H, NUM_SPLITS,
+    # D_LATENT) float32, strides stride_p*; part_lse: (B, H, NUM_SPLITS) float32, strides stride_l* (its last one 1).
     b = tl.program_id(1)
+    split = tl.program_id(2)
     h = tl.program_id(0) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_range = h < n_heads
     c = tl.arange(0, D_LATENT)
     r = tl.arange(0, D_ROPE)
-    s = tl.arange(0, BLOCK_SIZE)
+    n = tl.arange(0, TILE_N)
     q_c = tl.load(q_latent_ptr + b * stride_qb + h[:, None] * stride_qh + c[None, :], mask=in_range[:, None],
-                  other=0.0).to(tl.float32)                             # (BLOCK_H, D_LATENT)
+                  other=0.0).to(OPERAND)                                # (BLOCK_H, D_LATENT)
     q_r = tl.load(q_rope_ptr + b * stride_qrb + h[:, None] * stride_qrh + r[None, :], mask=in_range[:, None],
-                  other=0.0).to(tl.float32)                             # (BLOCK_H, D_ROPE)
-    length = tl.load(context_lens_ptr + b)
+                  other=0.0).to(OPERAND)                                # (BLOCK_H, D_ROPE)
+    start, end = split_bounds(tl.load(context_lens_ptr + b), split, NUM_SPLITS, TILE_N)
     m = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     l = tl.zeros((BLOCK_H,), tl.float32)
     acc = tl.zeros((BLOCK_H, D_LATENT), tl.float32)
-    for i in range(0, tl.cdiv(length, BLOCK_SIZE)):
-        block = tl.load(block_tables_ptr + b * stride_tb + i).to(tl.int64)
-        real = i * BLOCK_SIZE + s < length
-        latent = tl.load(c_kv_pool_ptr + block * stride_cb + s[:, None] * stride_cs + c[None, :],
-                         mask=real[:, None], other=0.0).to(tl.float32)  # (BLOCK_SIZE, D_LATENT): key and value
-        k_r = tl.load(k_rope_pool_ptr + block * stride_rb + s[:, None] * stride_rs + r[None, :],
-                      mask=real[:, None], other=0.0).to(tl.float32)     # (BLOCK_SIZE, D_ROPE)
+    for first in range(start, end, TILE_N):
+        position = first + n
+        real = position < end
+        block = tl.load(block_tables_ptr + b * stride_tb + position // BLOCK_SIZE, mask=real, other=0).to(tl.int64)
+        slot = position % BLOCK_SIZE
+        latent = tl.load(c_kv_pool_ptr + block[:, None] * stride_cb + slot[:, None] * stride_cs + c[None, :],
+                         mask=real[:, None], other=0.0).to(OPERAND)     # (TILE_N, D_LATENT): key and value
+        k_r = tl.load(k_rope_pool_ptr + block[:, None] * stride_rb + slot[:, None] * stride_rs + r[None, :],
+                      mask=real[:, None], other=0.0).to(OPERAND)        # (TILE_N, D_ROPE)
         scores = (tl.dot(q_c, tl.trans(latent), input_precision=DOT_PRECISION)
-                  + tl.dot(q_r, tl.trans(k_r), input_precision=DOT_PRECISION)) * scale          # (BLOCK_H, BLOCK_SIZE)
+                  + tl.dot(q_r, tl.trans(k_r), input_precision=DOT_PRECISION)) * scale          # (BLOCK_H, TILE_N)
         scores = tl.where(real[None, :], scores, float("-inf"))
         m_new = tl.maximum(m, tl.max(scores, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(scores - m_new[:, None])
         l = l * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p, latent, input_precision=DOT_PRECISION)     # the value: the latent, read once
+        acc = acc * alpha[:, None] + tl.dot(p.to(OPERAND), latent, input_precision=DOT_PRECISION)   # the value: the latent, read once
         m = m_new
-    tl.store(out_ptr + b * stride_ob + h[:, None] * stride_oh + c[None, :], acc / l[:, None],
+    empty = l == 0.0
+    out = acc / tl.where(empty, 1.0, l)[:, None]
+    lse = tl.where(empty, float("-inf"), m + tl.log(tl.where(empty, 1.0, l)))
+    tl.store(part_out_ptr + b * stride_pb + h[:, None] * stride_ph + split * stride_ps + c[None, :], out,
              mask=in_range[:, None])
+    tl.store(part_lse_ptr + b * stride_lb + h * stride_lh + split, lse, mask=in_range)
 
 
 # cell 'paged_mla_decode'
-MLA_BLOCK_H = 16          # query heads per program: the rows of each tl.dot
+MLA_BLOCK_H = 64          # query heads per program, as FlashMLA: one read of a latent tile serves 64 heads
+MLA_TILE_N = 64           # positions per iteration (FlashMLA's block of 64 tokens)
+MLA_MAX_LATENT = 512      # DeepSeek-V3's d_c: a (64, 512) float32 accumulator and a (64, 576) bf16 tile fit
 
 
 def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: torch.Tensor,
                      k_rope_pool: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float,
-                     check_lengths: bool = True, out: torch.Tensor | None = None, **launch_options) -> torch.Tensor:
-    """Absorbed MLA decoding on a paged latent cache with paged_mla_decode_kernel.
+                     check_lengths: bool = True, out: torch.Tensor | None = None, num_splits: int | None = None,
+                     **launch_options) -> torch.Tensor:
+    """Absorbed MLA decoding on a paged latent cache with paged_mla_decode_kernel, each context split over
+    num_splits programs (decode_plan's choice by default) and merged with combine_splits_kernel.
 
     q_latent: (B, H, d_c), each head's query with W_UK absorbed; q_rope: (B, H, d_r); c_kv_pool: (num_blocks,
     block_size, 1, d_c) and k_rope_pool: (num_blocks, block_size, 1, d_r), possibly views of one
@@ -79,35 +93,52 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
         raise ValueError(f"need c_kv_pool (num_blocks, block_size, 1, d_c) and k_rope_pool (num_blocks, block_size, "
                          f"1, d_r): one shared latent per token; got {tuple(c_kv_pool.shape)} and "
                          f"{tuple(k_rope_pool.shape)}")
-    if (c_kv_pool.shape[3], k_rope_pool.shape[3]) != (d_c, d_r) or min(d_c, d_r) < 16 or d_c & (d_c - 1) or d_r & (d_r - 1):
+    if ((c_kv_pool.shape[3], k_rope_pool.shape[3]) != (d_c, d_r) or not 16 <= d_r <= d_c <= MLA_MAX_LATENT
+            or d_c & (d_c - 1) or d_r & (d_r - 1)):
         raise ValueError(f"the pools' dims ({c_kv_pool.shape[3]}, {k_rope_pool.shape[3]}) must equal the queries' "
-                         f"({d_c}, {d_r}), each a power of two >= 16")
+                         f"({d_c}, {d_r}), powers of two with 16 <= d_r <= d_c <= {MLA_MAX_LATENT}: a larger latent "
+                         f"does not fit a Hopper multiprocessor's shared memory with {MLA_BLOCK_H}-head tiles")
     _check_pools("paged_mla_decode", [c_kv_pool, k_rope_pool], block_tables, context_lens, batch, q_latent.device,
                  check_lengths)
+    head_tiles = triton.cdiv(n_heads, MLA_BLOCK_H)
+    plan = decode_plan(batch * head_tiles, block_tables.shape[1] * c_kv_pool.shape[1], MLA_TILE_N, num_warps=8)
+    num_splits = num_splits or plan.num_splits
+    if not 1 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     q_latent, q_rope = q_latent.contiguous(), q_rope.contiguous()
     out = _output(out, (batch, n_heads, d_c), q_latent.device)
+    part_out, part_lse = split_buffers(out, num_splits)
     tables = block_tables.to(device=q_latent.device, dtype=torch.int32).contiguous()
     lens = context_lens.to(device=q_latent.device, dtype=torch.int32).contiguous()
-    launch(
-        paged_mla_decode_kernel, (triton.cdiv(n_heads, MLA_BLOCK_H), batch), out, q_latent, q_rope, c_kv_pool, k_rope_pool, tables, lens, scale, n_heads,
-        q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1), out.stride(0), out.stride(1),
-        tables.stride(0), c_kv_pool.stride(0), c_kv_pool.stride(1), k_rope_pool.stride(0), k_rope_pool.stride(1),
-        BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r,
-        DOT_PRECISION=dot_precision(c_kv_pool.dtype), **launch_options)
+    options = {"num_warps": plan.num_warps, "num_stages": plan.num_stages} | launch_options
+    launch(paged_mla_decode_kernel, (head_tiles, batch, num_splits), part_out, part_lse, q_latent, q_rope, c_kv_pool,
+           k_rope_pool, tables, lens, scale, n_heads,
+           q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1),
+           part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0), part_lse.stride(1),
+           tables.stride(0), c_kv_pool.stride(0), c_kv_pool.stride(1), k_rope_pool.stride(0), k_rope_pool.stride(1),
+           BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r, TILE_N=MLA_TILE_N,
+           NUM_SPLITS=num_splits, OPERAND=operand_type(c_kv_pool.dtype), DOT_PRECISION=dot_precision(c_kv_pool.dtype),
+           **options)
+    if num_splits > 1:
+        combine_splits(out, part_out, part_lse)
     return out.to(q_latent.dtype)
 
 
-def compile_paged_mla_decode(variants: list[tuple[int, int, int]], pool_dtype: str = "bf16") -> list[HopperBinary]:
-    """paged_mla_decode_kernel compiled for Hopper, once per (block_size, d_c, d_r); DeepSeek-V3 with FlashMLA's
-    blocks is (64, 512, 64)."""
+def compile_paged_mla_decode(variants: list[tuple[int, int, int]], pool_dtype: str = "bf16",
+                             num_splits: int = 4) -> list[HopperBinary]:
+    """paged_mla_decode_kernel compiled for Hopper, once per (block_size, d_c, d_r), with the launch options
+    decode_plan gives it; DeepSeek-V3 with FlashMLA's blocks is (64, 512, 64)."""
     signature = {name: "i32" for name in paged_mla_decode_kernel.arg_names
                  if name.startswith("stride") or name == "n_heads"}
-    signature.update({"out_ptr": "*fp32", "q_latent_ptr": f"*{pool_dtype}", "q_rope_ptr": f"*{pool_dtype}",
-                      "c_kv_pool_ptr": f"*{pool_dtype}", "k_rope_pool_ptr": f"*{pool_dtype}",
-                      "block_tables_ptr": "*i32", "context_lens_ptr": "*i32", "scale": "fp32"})
+    signature.update({"part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "q_latent_ptr": f"*{pool_dtype}",
+                      "q_rope_ptr": f"*{pool_dtype}", "c_kv_pool_ptr": f"*{pool_dtype}",
+                      "k_rope_pool_ptr": f"*{pool_dtype}", "block_tables_ptr": "*i32", "context_lens_ptr": "*i32",
+                      "scale": "fp32"})
     constexprs = [{"BLOCK_H": MLA_BLOCK_H, "BLOCK_SIZE": block_size, "D_LATENT": d_c, "D_ROPE": d_r,
+                   "TILE_N": MLA_TILE_N, "NUM_SPLITS": num_splits, "OPERAND": operand_type(pool_dtype, False),
                    "DOT_PRECISION": dot_precision(pool_dtype)}
                   for block_size, d_c, d_r in variants]
-    divisible = tuple(name for name in signature                    # a block table's row length may be anything
-                      if name.endswith("_ptr") or name.startswith("stride") and name != "stride_tb")
-    return compile_for_hopper(paged_mla_decode_kernel, signature, constexprs, divisible)
+    divisible = tuple(name for name in signature
+                      if name.endswith("_ptr") or name.startswith("stride") and name not in ("stride_tb", "stride_ps"))
+    return compile_for_hopper(paged_mla_decode_kernel, signature, constexprs, divisible,
+                              options={"num_warps": 8, "num_stages": 2})
