@@ -25,7 +25,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         compile_paged_decode, dot_precision, paged_decode [10]
     attnlab.kernels.paged_mla
         paged_mla_decode_kernel, MLA_BLOCK_H, MLA_MAX_LATENT, MLA_TILE_N, compile_paged_mla_decode,
-        paged_mla_decode [10]
+        mla_tile, paged_mla_decode [10]
     attnlab.kernels.split_kv
         paged_decode_split_kernel, split_bounds, combine_splits_kernel, DecodePlan, H200_SMS,
         MAX_SPLITS, combine_splits, compile_paged_decode_split, decode_plan, gqa_tile, operand_type,

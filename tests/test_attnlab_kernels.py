@@ -19,8 +19,10 @@ import triton.language as tl
 
 from attnlab.decoding.generation import generate
 from attnlab.kernels.hopper import KernelCompileError, compile_for_hopper, kernel_source
-from attnlab.kernels.paged_decode import compile_paged_decode, paged_decode
+from attnlab.kernels.hopper import HOPPER_SHARED_BYTES
+from attnlab.kernels.paged_decode import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_DIMS, compile_paged_decode, paged_decode
 from attnlab.kernels.paged_mla import compile_paged_mla_decode, paged_mla_decode
+from attnlab.kernels.split_kv import H200_SMS, compile_paged_decode_split, decode_plan, paged_decode_split
 from attnlab.layers.latent_attention import absorbed_latent_attention, naive_latent_attention
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.models.mla import MLAConfig, MLAModel
@@ -311,3 +313,110 @@ def test_the_gpu_benchmark_script_runs_at_tiny_sizes_in_the_interpreter(repo):
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     assert run.stdout.count(" ok") == 5 and "FAILED" not in run.stdout, run.stdout
     assert "4/4 requests give the same tokens" in run.stdout, run.stdout
+
+
+def with_table_tail(tables: torch.Tensor, extra: int = 3) -> torch.Tensor:
+    """Block tables with `extra` entries past every row's used blocks, each a block id far outside the pool: a
+    kernel that reads one fails (the interpreter reads garbage or faults, a GPU faults), as FlashMLA's tests do."""
+    return torch.cat([tables, torch.full((tables.shape[0], extra), 2 ** 30, dtype=torch.int32)], 1)
+
+
+# Splits 1-8, every supported head dim and block size, groups of 1 to 8 (3 is SmolLM2's), tiles of one block, of
+# several and of part of one: pairs that cover each value at least once without the whole product (the interpreter
+# runs each program in Python).
+SPLIT_CASES = [  # (num_splits, group, d_head, block_size, tile_n)
+    (1, 4, 64, 16, 16), (2, 1, 128, 32, 64), (3, 8, 64, 64, 32), (4, 3, 256, 16, 32), (5, 2, 128, 128, 64),
+    (6, 4, 16, 32, 16), (7, 1, 32, 64, 64), (8, 8, 256, 128, 32), (8, 2, 64, 16, 64), (2, 4, 256, 64, 32)]
+
+
+@pytest.mark.parametrize("num_splits,group,d_head,block_size,tile_n", SPLIT_CASES)
+def test_paged_decode_split_equals_the_gather_on_nan_pools(num_splits, group, d_head, block_size, tile_n):
+    """Lengths of 1 (every split but one empty), a block, a block and one, a tile and one, and several tiles."""
+    lens = [1, block_size, block_size + 1, tile_n + 1, 4 * tile_n + 3]
+    (k_pool, v_pool), tables, lens_t, _ = paged_pools(lens, 2, (d_head, d_head), block_size, seed=num_splits)
+    q = torch.randn(len(lens), 2 * group, d_head)
+    z = paged_decode_split(q, k_pool, v_pool, with_table_tail(tables), lens_t, num_splits=num_splits, tile_n=tile_n)
+    assert not z.isnan().any(), "an unused (NaN) slot, or an empty split, reached the output"
+    want = paged_attention(q[:, :, None], k_pool, v_pool, tables, lens_t)[:, :, 0]
+    torch.testing.assert_close(z, want, rtol=1e-4, atol=1e-5)
+    # the same without splits: one program per (sequence, KV head) gives the same numbers
+    one = paged_decode_split(q, k_pool, v_pool, tables, lens_t, num_splits=1, tile_n=tile_n)
+    torch.testing.assert_close(z, one, rtol=1e-5, atol=1e-6)
+
+
+def test_paged_decode_split_in_bf16_is_within_bf16_error_of_float32():
+    (k_pool, v_pool), tables, lens_t, _ = paged_pools([200, 3, 77], 2, (128, 128), 16, dtype=torch.bfloat16)
+    q = torch.randn(3, 8, 128).bfloat16()
+    z = paged_decode_split(q, k_pool, v_pool, with_table_tail(tables), lens_t, num_splits=4)
+    assert z.dtype == torch.bfloat16
+    want = paged_attention(q[:, :, None].float(), k_pool.float(), v_pool.float(), tables, lens_t)[:, :, 0]
+    torch.testing.assert_close(z.float(), want, rtol=2 ** -8, atol=2 ** -8)
+
+
+@pytest.mark.parametrize("num_splits,block_size,n_heads", [(1, 64, 16), (3, 16, 128), (8, 128, 70), (5, 32, 64)])
+def test_paged_mla_decode_splits_at_deepseek_v3s_latent(num_splits, block_size, n_heads):
+    """A 512 + 64 latent, 64-head tiles (70 heads: a partial second tile), splits 1-8, on NaN pools with table tails."""
+    lens = [1, block_size + 1, 300]
+    (c_pool, r_pool), tables, lens_t, tokens = paged_pools(lens, 1, (512, 64), block_size, seed=num_splits)
+    g = torch.Generator().manual_seed(num_splits)
+    q_latent, q_rope = torch.randn(3, n_heads, 512, generator=g), torch.randn(3, n_heads, 64, generator=g)
+    scale = 192 ** -0.5
+    z = paged_mla_decode(q_latent, q_rope, c_pool, r_pool, with_table_tail(tables), lens_t, scale,
+                         num_splits=num_splits)
+    assert not z.isnan().any()
+    for b, (c_kv, k_rope) in enumerate(tokens):
+        q = torch.cat([q_latent[b], q_rope[b]], -1)[None, :, None]                 # (1, H, 1, 576)
+        k = torch.cat([c_kv, k_rope], -1).transpose(0, 1)[None]                     # (1, 1, T, 576)
+        want = F.scaled_dot_product_attention(q, k, c_kv.transpose(0, 1)[None], scale=scale, enable_gqa=True)
+        torch.testing.assert_close(z[b:b + 1], want[:, :, 0], rtol=1e-4, atol=1e-5)
+
+
+def test_every_supported_shape_compiles_for_hopper_within_shared_memory():
+    """The sm_90 compile of the kernels the engine runs, at every head dim and block size the launchers accept:
+    each fits a program's 227 KB of shared memory; bf16 multiplies on the tensor cores (mma for GQA's 16-row tiles,
+    wgmma for MLA's 64-head tiles); float32 keeps IEEE products (no TF32)."""
+    gqa = [(4, bs, d, 4) for d in SUPPORTED_HEAD_DIMS for bs in SUPPORTED_BLOCK_SIZES]
+    binaries = compile_paged_decode_split(gqa) + compile_paged_decode_split(
+        [(8, 128, d, 4) for d in SUPPORTED_HEAD_DIMS], pool_dtype="fp32")
+    assert all(0 < b.shared_bytes <= HOPPER_SHARED_BYTES for b in binaries), [b.shared_bytes for b in binaries]
+    assert all(b.tf32_instructions == 0 for b in binaries[len(gqa):]), "a float32 pool's dot compiled to TF32"
+    mla = compile_paged_mla_decode([(bs, 512, 64) for bs in SUPPORTED_BLOCK_SIZES])
+    assert all(0 < b.shared_bytes <= HOPPER_SHARED_BYTES for b in mla), [b.shared_bytes for b in mla]
+    assert all(b.wgmma_instructions > 0 for b in mla), "bf16 MLA tiles of 64 heads must run on wgmma"
+    fp32_mla, = compile_paged_mla_decode([(64, 512, 64)], pool_dtype="fp32")
+    assert fp32_mla.wgmma_instructions == 0 and fp32_mla.tf32_instructions == 0
+    # exercise 1's kernel, which holds a whole block: every shape its launcher accepts, at its largest
+    whole = compile_paged_decode([(8, 128, 256), (8, 64, 256)], pool_dtype="bf16") + compile_paged_decode(
+        [(8, 64, 256), (8, 128, 128)], pool_dtype="fp32")
+    assert all(0 < b.shared_bytes <= HOPPER_SHARED_BYTES for b in whole)
+
+
+def test_shapes_past_the_kernels_limits_get_a_clear_error_before_launch():
+    """A head dim of 1024 with blocks of 64 once failed deep in Triton ("OutOfResources: shared memory")."""
+    (k_pool, v_pool), tables, lens_t, _ = paged_pools([20], 1, (1024, 1024), 64)
+    q = torch.randn(1, 4, 1024)
+    for launcher in (paged_decode, paged_decode_split):
+        with pytest.raises(ValueError, match=r"head dim \(1024\).*one of \(16, 32, 64, 128, 256\)"):
+            launcher(q, k_pool, v_pool, tables, lens_t)
+    (k_pool, v_pool), tables, lens_t, _ = paged_pools([300], 1, (64, 64), 256)
+    with pytest.raises(ValueError, match=r"block_size must be one of \(16, 32, 64, 128\)"):
+        paged_decode_split(torch.randn(1, 4, 64), k_pool, v_pool, tables, lens_t)
+    (k_pool, v_pool), tables, lens_t, _ = paged_pools([20], 1, (256, 256), 128, dtype=torch.float32)
+    with pytest.raises(ValueError, match="use paged_decode_split"):
+        paged_decode(torch.randn(1, 4, 256), k_pool, v_pool, tables, lens_t)
+    (c_pool, r_pool), tables, lens_t, _ = paged_pools([20], 1, (1024, 64), 64)
+    with pytest.raises(ValueError, match="d_r <= d_c <= 512"):
+        paged_mla_decode(torch.randn(1, 4, 1024), torch.randn(1, 4, 64), c_pool, r_pool, tables, lens_t, 0.1)
+    with pytest.raises(ValueError, match="num_splits must be in 1..16"):
+        paged_decode_split(torch.randn(1, 4, 64), *paged_pools([20], 1, (64, 64), 16)[0], tables[:, :2], lens_t,
+                           num_splits=17)
+
+
+def test_the_plan_splits_few_long_sequences_and_not_many_short_ones():
+    """decode_plan, for an H200's 132 multiprocessors: a full grid is not split; a small batch with a long context
+    is, up to twice the GPU's worth of programs; a context of under 4 tiles per split is not."""
+    assert decode_plan(128 * 8, 32768, 64, sm_count=H200_SMS).num_splits == 1          # 1024 programs
+    assert decode_plan(32 * 8, 1024, 64, sm_count=H200_SMS).num_splits == 2            # 256 programs: 2 fill 264
+    assert decode_plan(8, 32768, 64, sm_count=H200_SMS).num_splits == 16               # one sequence: the cap
+    assert decode_plan(8, 300, 64, sm_count=H200_SMS).num_splits == 2                  # 5 tiles: at most 2 splits
+    assert decode_plan(64 * 2, 8192, 64, sm_count=H200_SMS).num_splits == 3            # MLA: 64 x 2 head tiles

@@ -68,7 +68,7 @@ def paged_mla_decode_kernel(part_out_ptr, part_lse_ptr, q_latent_ptr, q_rope_ptr
 
 # cell 'paged_mla_decode'
 MLA_BLOCK_H = 64          # query heads per program, as FlashMLA: one read of a latent tile serves 64 heads
-MLA_TILE_N = 64           # positions per iteration (FlashMLA's block of 64 tokens)
+MLA_TILE_N = 64           # positions per iteration in bf16 and fp16 (FlashMLA's block of 64 tokens); 16 in float32
 MLA_MAX_LATENT = 512      # DeepSeek-V3's d_c: a (64, 512) float32 accumulator and a (64, 576) bf16 tile fit
 
 
@@ -101,7 +101,8 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
     _check_pools("paged_mla_decode", [c_kv_pool, k_rope_pool], block_tables, context_lens, batch, q_latent.device,
                  check_lengths)
     head_tiles = triton.cdiv(n_heads, MLA_BLOCK_H)
-    plan = decode_plan(batch * head_tiles, block_tables.shape[1] * c_kv_pool.shape[1], MLA_TILE_N, num_warps=8)
+    plan = decode_plan(batch * head_tiles, block_tables.shape[1] * c_kv_pool.shape[1], mla_tile(c_kv_pool.dtype),
+                       num_warps=8)
     num_splits = num_splits or plan.num_splits
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
@@ -116,12 +117,18 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
            q_latent.stride(0), q_latent.stride(1), q_rope.stride(0), q_rope.stride(1),
            part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0), part_lse.stride(1),
            tables.stride(0), c_kv_pool.stride(0), c_kv_pool.stride(1), k_rope_pool.stride(0), k_rope_pool.stride(1),
-           BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r, TILE_N=MLA_TILE_N,
+           BLOCK_H=MLA_BLOCK_H, BLOCK_SIZE=c_kv_pool.shape[1], D_LATENT=d_c, D_ROPE=d_r, TILE_N=plan.tile_n,
            NUM_SPLITS=num_splits, OPERAND=operand_type(c_kv_pool.dtype), DOT_PRECISION=dot_precision(c_kv_pool.dtype),
            **options)
     if num_splits > 1:
         combine_splits(out, part_out, part_lse)
     return out.to(q_latent.dtype)
+
+
+def mla_tile(pool_dtype: torch.dtype | str) -> int:
+    """Positions per iteration: a (64, 576) tile of the latent in bf16, or (16, 576) in float32, fits beside the
+    (64, 512) float32 accumulator in shared memory (the sm_90 compile measures both)."""
+    return 16 if pool_dtype in (torch.float32, "fp32", torch.float64, "fp64") else MLA_TILE_N
 
 
 def compile_paged_mla_decode(variants: list[tuple[int, int, int]], pool_dtype: str = "bf16",
@@ -135,7 +142,7 @@ def compile_paged_mla_decode(variants: list[tuple[int, int, int]], pool_dtype: s
                       "k_rope_pool_ptr": f"*{pool_dtype}", "block_tables_ptr": "*i32", "context_lens_ptr": "*i32",
                       "scale": "fp32"})
     constexprs = [{"BLOCK_H": MLA_BLOCK_H, "BLOCK_SIZE": block_size, "D_LATENT": d_c, "D_ROPE": d_r,
-                   "TILE_N": MLA_TILE_N, "NUM_SPLITS": num_splits, "OPERAND": operand_type(pool_dtype, False),
+                   "TILE_N": mla_tile(pool_dtype), "NUM_SPLITS": num_splits, "OPERAND": operand_type(pool_dtype, False),
                    "DOT_PRECISION": dot_precision(pool_dtype)}
                   for block_size, d_c, d_r in variants]
     divisible = tuple(name for name in signature

@@ -46,19 +46,23 @@ def choose_decode_kernel(choice: str | Callable, config, block_size: int, device
         raise ValueError(f"attention must be 'auto', 'triton', 'torch' or a decode kernel, got {choice!r}")
     latent = hasattr(config, "kv_lora_rank")
     dims = (block_size, config.kv_lora_rank, config.qk_rope_head_dim) if latent else (block_size, config.d_head)
-    fits = all(d >= 16 and not d & (d - 1) for d in dims) and (not latent or config.n_rope_heads == 1)
+    # The shapes chapter 10's kernels are compiled and tested for: powers of two, blocks of 16 to 128 tokens, head
+    # dims up to 256 (a latent up to 512), so that their tiles fit a Hopper multiprocessor's shared memory.
+    fits = (all(d >= 16 and not d & (d - 1) for d in dims) and block_size <= 128
+            and (config.kv_lora_rank <= 512 and config.qk_rope_head_dim <= config.kv_lora_rank
+                 and config.n_rope_heads == 1 if latent else config.d_head <= 256))
     if choice == "auto":
         choice = "triton" if device.type == "cuda" and fits else "torch"
     if choice == "torch":
         return None
     if not fits:
-        raise ValueError(f"the Triton kernels need block_size and head dims that are powers of two >= 16 (and one "
-                         f"rotary key head for MLA); got {dims}: use attention='torch'")
+        raise ValueError(f"the Triton kernels need powers of two: block_size 16 to 128, a head dim 16 to 256 (for MLA, "
+                         f"a latent of 16 to 512 and one rotary key head); got {dims}: use attention='torch'")
     if latent:
         from attnlab.kernels.paged_mla import paged_mla_decode
         return partial(paged_mla_decode, check_lengths=validate)
-    from attnlab.kernels.paged_decode import paged_decode
-    return partial(paged_decode, check_lengths=validate)
+    from attnlab.kernels.split_kv import paged_decode_split
+    return partial(paged_decode_split, check_lengths=validate)
 
 
 @dataclass
