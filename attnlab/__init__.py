@@ -21,8 +21,8 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.kernels.interpreter
         select_interpreter [10]
     attnlab.kernels.paged_decode
-        paged_decode_kernel, SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_DIMS, WHOLE_BLOCK_BYTES,
-        compile_paged_decode, dot_precision, paged_decode [10]
+        paged_decode_kernel, SPARE_ROWS, SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_DIMS,
+        WHOLE_BLOCK_BYTES, compile_paged_decode, dot_precision, paged_decode [10]
     attnlab.kernels.paged_mla
         paged_mla_decode_kernel, MLA_BLOCK_H, MLA_MAX_LATENT, MLA_TILE_N, compile_paged_mla_decode,
         mla_tile, paged_mla_decode [10]

@@ -382,7 +382,8 @@ def test_every_supported_shape_compiles_for_hopper_within_shared_memory():
     assert all(b.tf32_instructions == 0 for b in binaries[len(gqa):]), "a float32 pool's dot compiled to TF32"
     mla = compile_paged_mla_decode([(bs, 512, 64) for bs in SUPPORTED_BLOCK_SIZES])
     assert all(0 < b.shared_bytes <= HOPPER_SHARED_BYTES for b in mla), [b.shared_bytes for b in mla]
-    assert all(b.wgmma_instructions > 0 for b in mla), "bf16 MLA tiles of 64 heads must run on wgmma"
+    assert all(b.wgmma_instructions > 0 and b.tf32_instructions == 0 for b in mla), (
+        "bf16 MLA tiles of 64 heads must run on wgmma, in bf16")
     fp32_mla, = compile_paged_mla_decode([(64, 512, 64)], pool_dtype="fp32")
     assert fp32_mla.wgmma_instructions == 0 and fp32_mla.tf32_instructions == 0
     # exercise 1's kernel, which holds a whole block: every shape its launcher accepts, at its largest

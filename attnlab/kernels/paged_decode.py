@@ -58,6 +58,9 @@ SUPPORTED_HEAD_DIMS = (16, 32, 64, 128, 256)
 SUPPORTED_BLOCK_SIZES = (16, 32, 64, 128)
 # Exercise 1 holds a whole block of keys and one of values in shared memory: at most this many bytes of them.
 WHOLE_BLOCK_BYTES = 128 * 1024
+# Rows after every output and partial result: as many as a tile's padding rows (MLA's 64-head tiles), so that a
+# kernel that stores them (a mistake) spoils a spare row instead of memory the interpreter does not own.
+SPARE_ROWS = 64
 
 
 def _check_pools(name: str, pools: list[torch.Tensor], block_tables: torch.Tensor, context_lens: torch.Tensor,
@@ -83,10 +86,10 @@ def _check_pools(name: str, pools: list[torch.Tensor], block_tables: torch.Tenso
 
 
 def _output(out: torch.Tensor | None, shape: tuple[int, int, int], device: torch.device) -> torch.Tensor:
-    """Where a kernel writes: `out` checked, or a new float32 (B, H, D) whose rows are followed by 16 spare ones,
+    """Where a kernel writes: `out` checked, or a new float32 (B, H, D) whose rows are followed by SPARE_ROWS spare ones,
     so that a kernel storing its tile's padding rows spoils nothing (the tests check those spare rows)."""
     if out is None:
-        return torch.empty(shape[0], shape[1] + 16, shape[2], dtype=torch.float32, device=device)[:, :shape[1]]
+        return torch.empty(shape[0], shape[1] + SPARE_ROWS, shape[2], dtype=torch.float32, device=device)[:, :shape[1]]
     if tuple(out.shape) != shape or out.dtype != torch.float32 or out.stride(-1) != 1 or out.device != device:
         raise ValueError(f"out must be float32 {shape} with a contiguous last dimension on {device}, got "
                          f"{out.dtype} {tuple(out.shape)} with strides {out.stride()} on {out.device}")

@@ -9,7 +9,7 @@ import triton
 import triton.language as tl
 
 from attnlab.kernels.hopper import HopperBinary, INTERPRETED, compile_for_hopper, launch
-from attnlab.kernels.paged_decode import SUPPORTED_HEAD_DIMS, _check_pools, _output, dot_precision
+from attnlab.kernels.paged_decode import SPARE_ROWS, SUPPORTED_HEAD_DIMS, _check_pools, _output, dot_precision
 
 
 # cell 'paged_decode_split_kernel'
@@ -142,10 +142,11 @@ def split_buffers(out: torch.Tensor, num_splits: int) -> tuple[torch.Tensor, tor
     """Where the splits write: (B, H, S, D) partial outputs and (B, H, S) log-sum-exps. With one split the partial
     output is the output itself, a (B, H, 1, D) view of out, and no merge is needed."""
     batch, n_heads, dim = out.shape
-    lse = torch.empty(batch, n_heads, num_splits, dtype=torch.float32, device=out.device)
+    lse = torch.empty(batch, n_heads + SPARE_ROWS, num_splits, dtype=torch.float32, device=out.device)[:, :n_heads]
     if num_splits == 1:
         return out[:, :, None], lse
-    return torch.empty(batch, n_heads, num_splits, dim, dtype=torch.float32, device=out.device), lse
+    part_out = torch.empty(batch, n_heads + SPARE_ROWS, num_splits, dim, dtype=torch.float32, device=out.device)
+    return part_out[:, :n_heads], lse
 
 
 def paged_decode_split(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,

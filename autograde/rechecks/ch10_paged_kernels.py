@@ -77,7 +77,7 @@ MLA_SCALE = 0.17
 
 MLA_CODE = f'''
 import torch
-guarded = torch.full((3, 5 + 16, 32), float("nan"))
+guarded = torch.full((3, 5 + 64, 32), float("nan"))          # 64 spare rows: a tile of MLA heads
 result = [paged_mla_decode(inputs["q_latent"], inputs["q_rope"], inputs["c_kv_pool"], inputs["k_rope_pool"],
                            inputs["block_tables"], inputs["context_lens"], {MLA_SCALE}, out=guarded[:, :5]),
           torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_mla_decode([(16, 32, 16)])))]),
@@ -108,7 +108,44 @@ def _mla_reference(i):
     return z[:, :, 0], torch.ones(1), torch.ones(1), far_z
 
 
+def _split_inputs(g):
+    lens = torch.randint(1, 150, (4,), generator=g).tolist()
+    (k_pool, v_pool), tables = _pools(g, lens, 2, (32, 32))
+    spare = int(k_pool.flatten(1).isnan().all(1).nonzero()[0])         # a block no sequence uses: all NaN
+    tables = torch.cat([tables, torch.full((4, 2), spare, dtype=torch.int32)], 1)      # a table's unused tail
+    return {"q": torch.randn(4, 6, 32, generator=g), "k_pool": k_pool, "v_pool": v_pool, "block_tables": tables,
+            "context_lens": torch.tensor(lens, dtype=torch.int32),
+            # partial results as splits write them, with log-sum-exps near 1000 and one empty split
+            "part_out": torch.randn(1, 2, 5, 32, generator=g),
+            "part_lse": torch.cat([torch.rand(1, 2, 4, generator=g) * 50 + 950, torch.full((1, 2, 1), float("-inf"))], -1)}
+
+
+# Three splits over tiles of two blocks, then eight over half blocks (short sequences leave splits empty), and the
+# merge on its own; the outputs are followed by spare rows that a kernel storing its padding rows spoils.
+SPLIT_CODE = '''
+import torch
+guarded = torch.full((4, 6 + 16, 32), float("nan"))
+three = paged_decode_split(inputs["q"], inputs["k_pool"], inputs["v_pool"], inputs["block_tables"],
+                           inputs["context_lens"], num_splits=3, tile_n=32)
+eight = paged_decode_split(inputs["q"], inputs["k_pool"], inputs["v_pool"], inputs["block_tables"],
+                           inputs["context_lens"], num_splits=8, tile_n=16, out=guarded[:, :6])
+merged = torch.empty(1, 2, 32)
+combine_splits(merged, inputs["part_out"].contiguous(), inputs["part_lse"].contiguous())
+result = [three, eight, merged, torch.tensor([float(guarded[:, 6:].isnan().all())]),
+          torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_decode_split([(3, 16, 32, 4)])))])]
+'''
+
+
+def _split_reference(i):
+    from attnlab.serving.paged_kv import paged_attention
+    z = paged_attention(i["q"][:, :, None], i["k_pool"], i["v_pool"], i["block_tables"][:, :-2],
+                        i["context_lens"])[:, :, 0]
+    merged = (torch.softmax(i["part_lse"], -1)[..., None] * i["part_out"]).sum(-2)
+    return z, z, merged, torch.ones(1), torch.ones(1)
+
+
 PROBES = {
     "test_paged_decode": Probe(_decode_inputs, DECODE_CODE, _decode_reference, rtol=1e-4, atol=1e-5),
+    "test_paged_decode_split": Probe(_split_inputs, SPLIT_CODE, _split_reference, rtol=1e-4, atol=1e-5),
     "test_paged_mla_decode": Probe(_mla_inputs, MLA_CODE, _mla_reference, rtol=1e-4, atol=1e-5),
 }
