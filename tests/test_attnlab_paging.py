@@ -139,6 +139,7 @@ def test_block_manager_calls_that_raise_change_nothing():
         manager.allocate_slots(seq, seq.num_tokens)                  # a: 3 blocks, b: 2 blocks
         seq.num_computed = seq.num_tokens
     before = _snapshot(manager, [a, b])
+    a.token_ids += list(range(100, 109))                             # 9 new tokens to compute
     with pytest.raises(OutOfBlocks):
         manager.allocate_slots(a, 9)                                 # 3 more blocks, 1 is free
     assert _snapshot(manager, [a, b]) == before, "OutOfBlocks left blocks in the table"
@@ -156,6 +157,36 @@ def test_block_manager_calls_that_raise_change_nothing():
     with pytest.raises(ValueError, match="free"):
         manager.free(b)
     assert _snapshot(manager, [b]) == before, "a refused free released the blocks after the freed one"
+
+
+def test_fork_and_allocate_slots_refuse_bad_calls_before_changing_anything():
+    """Random testing found them: fork of a table holding a freed block raised only after sharing the blocks
+    before it (their counts leaked); allocate_slots accepted more tokens than the sequence has left to compute
+    (blocks reserved for tokens that do not exist) and a negative count."""
+    params = SamplingParams()
+    manager = BlockManager(num_blocks=8, block_size=4)
+    parent = Sequence(0, list(range(10)), params)
+    manager.allocate(parent)
+    manager.allocate_slots(parent, parent.num_tokens)                # 3 blocks
+    parent.num_computed = parent.num_tokens
+    manager.allocator.free(parent.block_table[-1])                   # its last block freed behind its back
+    child = Sequence(1, list(parent.token_ids), params)
+    before = _snapshot(manager, [parent, child])
+    with pytest.raises(ValueError, match="free"):
+        manager.fork(parent, child)
+    assert _snapshot(manager, [parent, child]) == before, "a refused fork changed the reference counts"
+
+    seq = Sequence(2, list(range(100, 106)), params)                 # no prefix hit: all 6 tokens to compute
+    manager.allocate(seq)
+    before = _snapshot(manager, [seq])
+    for bad in (7, -1):
+        with pytest.raises(ValueError, match="allocate_slots"):
+            manager.allocate_slots(seq, bad)                         # 6 tokens to compute: 7 and -1 are not
+        assert _snapshot(manager, [seq]) == before, f"a refused allocate_slots(seq, {bad}) changed the blocks"
+    manager.allocate_slots(seq, 6)                                   # every token: allowed
+    seq.num_computed = 6
+    with pytest.raises(ValueError, match="allocate_slots"):
+        manager.allocate_slots(seq, 1)                               # nothing left to compute
 
 
 def _paged(lens, n_kv_heads, d_head, block_size, seed=0):

@@ -150,6 +150,8 @@ def test_bad_input_to_decoding(trained):
         greedy_translate(model, torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="one sentence"):
         beam_search(model, torch.ones(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="S >= 1"):          # an empty sentence: once an IndexError in softmax
+        beam_search(model, torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(ValueError, match="token ids must be in"):
         greedy_translate(model, torch.tensor([[1, len(zh_vocab), 2]]))
     with pytest.raises(ValueError, match="longer than max_seq_len"):

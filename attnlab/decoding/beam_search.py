@@ -10,8 +10,9 @@ from torch import nn
 def beam_search(model: nn.Module, source_ids: torch.Tensor, beam_size: int = 4, max_len: int = 16,
                 bos_id: int = 1, eos_id: int = 2) -> list[int]:
     """Translate ONE sentence, source_ids (1, S). Returns the best hypothesis's tokens, without <bos>/<eos>."""
-    if source_ids.dim() != 2 or source_ids.shape[0] != 1:
-        raise ValueError(f"beam_search translates one sentence: source_ids must be (1, S), got {tuple(source_ids.shape)}")
+    if source_ids.dim() != 2 or source_ids.shape[0] != 1 or source_ids.shape[1] == 0:
+        raise ValueError(f"beam_search translates one sentence: source_ids must be (1, S) with S >= 1, got "
+                         f"{tuple(source_ids.shape)}")
     if beam_size < 1 or max_len < 1:
         raise ValueError(f"beam_size and max_len must be >= 1, got {beam_size} and {max_len}")
 

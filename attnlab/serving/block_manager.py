@@ -47,6 +47,10 @@ class BlockManager:
         enter the prefix cache now: a sequence admitted later in this step may find them, and reads them after
         this step's forward pass has written them, in every layer. OutOfBlocks, changing nothing, if the free
         blocks are too few."""
+        if not 0 <= num_new_tokens <= seq.num_tokens - seq.num_computed:
+            raise ValueError(f"allocate_slots: sequence {seq.seq_id} has {seq.num_tokens - seq.num_computed} tokens "
+                             f"left to compute, so num_new_tokens must be in 0..{seq.num_tokens - seq.num_computed}, "
+                             f"got {num_new_tokens}")
         for block_id in seq.block_table:
             self.allocator.check_held(block_id)   # a table must never point at a free block
         need = self.blocks_needed(seq, num_new_tokens)
@@ -64,6 +68,10 @@ class BlockManager:
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """child continues parent's tokens on parent's blocks, sharing them until one of the two writes."""
+        if child.block_table:
+            raise ValueError(f"sequence {child.seq_id} already holds blocks: a fork starts from none")
+        for block_id in parent.block_table:
+            self.allocator.check_held(block_id)   # all of them first: a table with a free block shares nothing
         child.block_table = fork(parent.block_table, self.allocator)
         child.num_computed = parent.num_computed
 
