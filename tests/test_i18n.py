@@ -55,6 +55,22 @@ def test_every_catalog_is_translated_and_faithful():
     ("tokens and attention", "词元与\n注意力", "line break inside Chinese"),
     ("every token", "每个令牌", "'令牌'"),
     ("the self-attention layer", "这一层", "glossary: the English says 'self-attention'"),
+    # what a glossary row's note rules out: "not …" and "never …"
+    ("Orca schedules per iteration instead", "Orca 改为按迭代调度", "'按迭代调度'"),
+    ("the engine's bookkeeping", "引擎的簿记工作", "'簿记'"),
+    ("in numbers (elements)", "以数的个数计", "'数的个数'"),
+    ("a step of one row is memory-bound", "单行的步受内存限制", "'受内存限制'"),
+    ("Decode attention is limited by memory", "解码注意力受限于访存", "'受限于访存'"),
+    ("580 TFLOPS in compute-bound ones", "在算力受限的配置下可达 580 TFLOPS", "'算力受限'"),
+    ("a program written for one tile of the work", "针对工作中的一个分片编写的程序", "'分片'"),
+    ("a program written for one tile of the work", "针对工作中的一个分块编写的程序", "'分块'"),
+    # a row's English in brackets is not its translation
+    ("the ridge point of its roofline", "它的屋顶线模型（roofline）的脊点（ridge point）",
+     "glossary: the English says 'ridge point'"),
+    ("PagedAttention wastes less of it", "分页注意力则减少对它的浪费", "'分页注意力'"),
+    # the recurring headings: one wording
+    ("What you build in the exercises", "你将在练习中实现的内容", "a recurring heading"),
+    ("Attention, from QKV to PagedAttention", "注意力机制：从 QKV 到 PagedAttention", "a recurring heading"),
 ])
 def test_the_lint_catches_each_fault(english, chinese, expected):
     problems = lint.check_message(english, chinese, page=True)
@@ -66,9 +82,58 @@ def test_the_lint_catches_each_fault(english, chinese, expected):
     ("the **KV cache** here", "这里的“**KV 缓存**”"),
     ("The {doc}`exercise notebook <../exercises/a/a>` asks", "{doc}`练习笔记本 <../exercises/a/a>`要求"),
     ("1. Q, K, V and softmax", "1\\. Q、K、V 与 softmax"),
+    ("Orca schedules per iteration instead", "Orca 改为迭代级调度（iteration-level scheduling）"),
+    ("the engine's bookkeeping", "引擎的调度与元数据管理"),
+    ("in numbers (elements)", "以元素个数计"),
+    ("**Memory-bound, or compute-bound.** It reads", "**访存受限，还是计算受限**。它读取"),
+    ("Decode attention is limited by memory", "解码注意力是访存受限的"),
+    ("a program written for one tile of the work", "针对工作中的一个 tile 编写的程序"),
+    ("each chunk of a prompt", "提示词的每个分块"),      # 分块 is chunked prefill's, where no tile is meant
+    ("the ridge point of its roofline", "它的屋顶线模型（roofline）的拐点（ridge point）"),
+    ("PagedAttention wastes less of it", "PagedAttention（分页注意力）则减少对它的浪费"),
+    ("What you build in the exercises", "练习内容"),
+    ("Attention, from QKV to PagedAttention", "注意力机制：从 QKV 到 PagedAttention（分页注意力）"),
 ])
 def test_the_lint_accepts_correct_chinese(english, chinese):
     assert lint.check_message(english, chinese, page=True) == []
+
+
+def test_the_lint_wants_a_terms_full_form_at_its_first_mention_on_a_page(tmp_path):
+    """KV 缓存（键值缓存，KV Cache）: in full at the first mention on a page (a title before it may keep the short
+    form), and only there."""
+    from babel.messages.catalog import Catalog
+
+    from coursekit.i18n.catalogs import write_po
+
+    def problems(*messages):
+        catalog = Catalog(locale="zh_CN")
+        for english, chinese in messages:
+            catalog.add(english, chinese)
+        path = tmp_path / "page.po"
+        write_po(path, catalog)
+        return [p for p in lint.check_catalog(path) if "first mention" in p]
+
+    title = ("# Decoding with a KV cache", "# 基于 KV 缓存的解码")
+    first, later = "A KV cache holds the keys.", "The KV-cache memory grows."
+    assert problems(title, (first, "KV 缓存（键值缓存，KV Cache）保存键。"), (later, "KV 缓存占用的内存会增长。")) == []
+    late = problems(title, (first, "KV 缓存保存键。"), (later, "KV 缓存（键值缓存，KV Cache）占用的内存会增长。"))
+    assert any("the first mention of 'KV cache'" in p for p in late), late
+    assert any("only at the first mention" in p for p in late), late
+    assert problems(("PagedAttention on a GPU", "GPU 上的 PagedAttention（分页注意力）")) == []
+    assert problems(("PagedAttention on a GPU", "GPU 上的 PagedAttention"))
+
+
+def test_the_glossary_reads_its_terms_and_its_recurring_headings():
+    from coursekit.i18n.glossary import entries, headings
+    wording = {h.english: h.chinese for h in headings()}
+    assert wording["What you build in the exercises"] == "练习内容"
+    assert wording["Attention, from QKV to PagedAttention"] == "注意力机制：从 QKV 到 PagedAttention（分页注意力）"
+    rows = {e.english[0]: e for e in entries()}
+    assert not set(wording) & {english for e in entries() for english in e.english}, "a heading read as a term"
+    assert rows["KV cache"].chinese == ("KV 缓存", "键值缓存", "KV Cache")
+    assert rows["memory-bound"].rejected == ("受内存限制", "受限于访存", "算力受限")
+    assert rows["tile"].rejected == () and rows["tile"].rejected_here == ("分片", "分块")
+    assert "of an engine" not in rows["bookkeeping"].english, "a bracket that says which sense is meant"
 
 
 def test_the_catalogs_match_a_fresh_extraction(repo, tmp_path):
@@ -119,20 +184,12 @@ def test_a_chinese_notebook_is_the_english_release_but_for_its_prose(repo, assig
     assert data == sorted(p.name for p in (repo / ZH_EXERCISES / assignment).iterdir() if p.suffix != ".ipynb")
 
 
-def test_the_glossary_is_the_projects_glossary(repo):
-    shared = repo.parent / "shared" / "GLOSSARY-zh.md"
-    if not shared.is_file():
-        pytest.skip("no ../shared/GLOSSARY-zh.md beside this checkout (a clone elsewhere)")
-    assert (repo / "locales" / "GLOSSARY-zh.md").read_bytes() == shared.read_bytes(), \
-        "locales/GLOSSARY-zh.md is a copy of ../shared/GLOSSARY-zh.md: copy it again"
-
-
 def test_the_search_dictionary_keeps_glossary_terms_whole():
     import jieba
 
     from coursekit.i18n.glossary import jieba_dictionary
     words = {line.split()[0] for line in jieba_dictionary().splitlines()}
-    assert {"键值缓存", "注意力", "分组查询注意力", "块表"} <= words
+    assert {"键值缓存", "分页注意力", "注意力", "分组查询注意力", "块表"} <= words
     tokenizer = jieba.Tokenizer()
     tokenizer.tmp_dir = None
     assert "键值缓存" not in tokenizer.lcut("使用键值缓存")   # jieba alone cuts it (so the dictionary is needed)

@@ -7,17 +7,23 @@
 - a translated page message never starts with "1. " (MyST reads a list, and Sphinx silently keeps the English);
 - emphasis marks that CommonMark's flanking rules would print as asterisks (`**数值稳定性。**按`);
 - no line break between two Chinese characters inside a paragraph (the browser shows it as a space);
-- the glossary's terms: the Chinese of an English term that the message uses, and none of the rejected variants.
+- the glossary's terms: the Chinese of an English term that the message uses, and none of the rejected variants
+  (the calques below, and what a row's note rules out: "not 簿记", "never 算力受限"; "not 分片 (a shard)" where the
+  English says the row's term);
+- a recurring heading in the glossary's one wording ("What you build in the exercises" is 练习内容);
+- on a page, a term whose note asks for it (KV 缓存（键值缓存，KV Cache）, PagedAttention（分页注意力）) in full at
+  its first mention, and only there.
 """
 from __future__ import annotations
 
 import re
 import sys
 from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
-from coursekit.i18n.catalogs import FIGURES, NOTEBOOKS, all_catalogs, read_po
-from coursekit.i18n.glossary import entries
+from coursekit.i18n.catalogs import FIGURES, NOTEBOOKS, PAGES, all_catalogs, read_po
+from coursekit.i18n.glossary import entries, headings
 from coursekit.layout import REPO_ROOT as ROOT
 
 HAN = r"\u3400-\u9fff"
@@ -36,8 +42,11 @@ REJECTED = {
     "多头潜在空间注意力": "MLA is 多头潜在注意力",
     "潜空间注意力": "MLA is 多头潜在注意力",
     "隐注意力": "MLA is 多头潜在注意力",
-    "分页注意力": "PagedAttention stays in English",
     "键值向量": "K is 键 and V is 值; the two together are 键和值",
+}
+# The same, for a word that is right in one place only: 分页注意力 is PagedAttention's gloss, given in brackets.
+REJECTED_PATTERNS = {
+    r"(?<!PagedAttention（)分页注意力": "PagedAttention stays in English; 分页注意力 only as PagedAttention（分页注意力）",
 }
 # English glossary words too common in other senses to require their term ("the value of", "a block of code"):
 # the translator decides there; the rejected variants above still apply.
@@ -46,7 +55,8 @@ LOOSE = {"value", "key", "query", "block", "head", "attention head", "scores", "
          "Q, K, V", "value (Q, K, V)", "block size", "physical block", "exercise", "graded", "hidden tests",
          "eviction", "throughput", "encoder", "decoder", "prefill", "quantization", "activation function",
          "sampling", "top-k", "top-p", "softmax", "online softmax", "low-rank", "roofline", "scheduler", "tokenizer",
-         "memory bandwidth"}  # 显存带宽 is a GPU's; chapter 7 measures a CPU's
+         "memory bandwidth",  # 显存带宽 is a GPU's; chapter 7 measures a CPU's
+         "Orca"}  # the system a term comes from (iteration-level scheduling (Orca)), not its name
 
 
 def _strip(text: str) -> str:
@@ -86,12 +96,45 @@ def _pairs() -> list[tuple[str, tuple[str, ...]]]:
     """(English term, its accepted Chinese forms) for every glossary term the lint enforces."""
     pairs = []
     for entry in entries():
-        words = [e for e in entry.english if e not in LOOSE]
-        for english in words:
-            if english.isupper() or english in entry.chinese:   # acronyms and names are kept as they are
-                continue
-            pairs.append((english, entry.chinese))
+        names = {m.casefold() for m in entry.main}
+        # "encoder / decoder | 编码器 / 解码器": each English term with its own Chinese
+        aligned = dict(zip(entry.terms, entry.main)) if len(entry.terms) == len(entry.main) > 1 else {}
+        for english in entry.english:
+            if english in LOOSE or english.isupper() or english.casefold() in names:
+                continue   # acronyms and names are kept as they are (PagedAttention, softmax, RMSNorm)
+            if english not in entry.terms and english in entry.chinese:
+                continue   # a bracketed alias that the Chinese keeps too (RoPE)
+            # The English of a row's own term, given in brackets at a first mention, is not its translation:
+            # 'ridge point' needs 拐点, not just (ridge point).
+            forms = (aligned[english],) if english in aligned else \
+                tuple(f for f in entry.chinese if f.casefold() != english.casefold())
+            pairs.append((english, forms))
     return pairs
+
+
+def _mentions(term: str, english: str) -> bool:
+    """`term` in `english`, as a word, plural too; 'KV cache' is also 'KV-cache' (in 'KV-cache memory')."""
+    pattern = r"[ -]".join(re.escape(word) for word in term.split(" "))
+    return re.search(rf"(?<![\w-]){pattern}(?:s|es)?(?![\w-])", english, re.I) is not None
+
+
+@lru_cache(maxsize=1)
+def _rejected() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """(variant, reason, English terms it is rejected beside: () for everywhere) from the glossary's notes."""
+    rules = []
+    for entry in entries():
+        term = entry.english[0]
+        for variant in entry.rejected:
+            rules.append((variant, f"the glossary rules it out: {term} is {entry.full}", ()))
+        for variant in entry.rejected_here:
+            rules.append((variant, f"the glossary rules it out where the English says '{term}' ({entry.full})",
+                          tuple(e for e in entry.english if e not in LOOSE)))
+    return tuple(rules)
+
+
+@lru_cache(maxsize=1)
+def _headings() -> dict[str, str]:
+    return {h.english: h.chinese for h in headings()}
 
 
 def check_message(english: str, chinese: str, page: bool, pairs=None, figure: bool = False) -> list[str]:
@@ -115,11 +158,55 @@ def check_message(english: str, chinese: str, page: bool, pairs=None, figure: bo
     for variant, reason in REJECTED.items():
         if variant in chinese:
             problems.append(f"'{variant}': {reason}")
+    for pattern, reason in REJECTED_PATTERNS.items():
+        for m in re.finditer(pattern, chinese):
+            problems.append(f"'{m.group(0)}': {reason}")
     plain = _strip(english)
+    chinese_prose = _strip(chinese)
+    for variant, reason, beside in _rejected():
+        if variant in chinese_prose and (not beside or any(_mentions(term, plain) for term in beside)):
+            problems.append(f"'{variant}': {reason}")
+    wording = _headings().get(english.strip())
+    if wording is not None and chinese.strip() != wording:
+        problems.append(f"a recurring heading: '{english.strip()}' is '{wording}' on every page (the glossary)")
     for term, chinese_forms in pairs if pairs is not None else _pairs():
-        if re.search(rf"(?<![\w-]){re.escape(term)}(?:s|es)?(?![\w-])", plain, re.I) and not any(
-                form in chinese for form in chinese_forms):
+        if _mentions(term, plain) and not any(form in chinese for form in chinese_forms):
             problems.append(f"glossary: the English says '{term}', the translation has none of {list(chinese_forms)}")
+    return problems
+
+
+def _first_mentions(path: Path, messages: list) -> list[str]:
+    """A term whose glossary note asks for its full form at the first mention on a page (KV 缓存（键值缓存，KV
+    Cache）): in full, once, in the first message that mentions it or in the first that is not a heading (a title
+    may keep the short form: "基于 KV 缓存的解码"), and in no other message."""
+    source = ROOT / "book" / path.relative_to(PAGES / "book").with_suffix(".md") \
+        if path.is_relative_to(PAGES / "book") else None
+    titles = set()
+    if source is not None and source.is_file():
+        titles = {re.sub(r"^#+\s+", "", line).strip() for line in source.read_text(encoding="utf-8").splitlines()
+                  if re.match(r"#+\s", line)}
+
+    def heading(message) -> bool:
+        return message.id.strip() in titles or re.fullmatch(r"#+ [^\n]*", message.id.strip()) is not None
+
+    problems = []
+    for entry in entries():
+        if "first mention" not in entry.note:
+            continue
+        terms = [e for e in entry.english if e not in LOOSE]
+        mentioning = [m for m in messages if any(_mentions(t, _strip(m.id)) for t in terms)]
+        if not mentioning:
+            continue
+        candidates = [mentioning[0], next((m for m in mentioning if not heading(m)), mentioning[0])]
+        first = next((m for m in candidates if entry.full in m.string), candidates[-1])
+        full = [m for m in messages if entry.full in m.string]
+        if first.string.count(entry.full) != 1:
+            problems.append(f"{first.id[:60]!r}: the first mention of '{terms[0]}' on the page gives "
+                            f"'{entry.full}' once (the glossary: {entry.note})")
+        for m in full:
+            if m is not first:
+                problems.append(f"{m.id[:60]!r}: '{entry.full}' only at the first mention of '{terms[0]}' on the "
+                                f"page; afterwards {entry.main[0]}")
     return problems
 
 
@@ -139,6 +226,9 @@ def check_catalog(path: Path) -> list[str]:
             problems.append(f"{where}: fuzzy (the English changed; confirm or fix the translation, then drop the flag)")
         problems += [f"{where}: {p}" for p in check_message(message.id, message.string, page, pairs,
                                                             figure=path == FIGURES)]
+    if page or NOTEBOOKS in path.parents:
+        where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
+        problems += [f"{where}: {p}" for p in _first_mentions(path, [m for m in read_po(path) if m.id and m.string])]
     return problems
 
 
