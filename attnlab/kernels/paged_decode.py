@@ -151,4 +151,4 @@ def dot_precision(pool_dtype: torch.dtype | str) -> str:
     """How the kernels' tl.dot multiplies their float32 tiles: "ieee" for float32 pools (Triton's default on NVIDIA
     GPUs, TF32, keeps 10 bits of mantissa: about 1e-4 of error against 1e-7); "tf32" for bf16 and fp16 pools, whose
     values TF32 holds exactly (8 and 10 bits of mantissa), on the tensor cores, with half the shared memory."""
-    return "ieee" if pool_dtype in (torch.float32, "fp32") else "tf32"
+    return "ieee" if pool_dtype in (torch.float32, "fp32", torch.float64, "fp64") else "tf32"
