@@ -239,6 +239,11 @@ def test_the_chinese_site_has_every_page_translated_with_the_same_math(site, rep
             labels = b.page.evaluate("() => document.body.innerText")
             if "Contents" in labels.split("\n") or "On this page" in labels or "Search this book" in labels:
                 problems.append(f"zh/{page}: an English label of the theme")
+            # the course's title (sidebar, <title>) and author (footer) as the glossary's table words them
+            if ("注意力机制：从 QKV 到 PagedAttention（分页注意力）" not in b.page.title()
+                    or "Attention, from QKV" in labels or "The course authors" in labels or "课程作者" not in labels):
+                problems.append(f"zh/{page}: the course's title or author is not the Chinese of the glossary "
+                                f"(<title> {b.page.title()!r})")
             b.page.screenshot(path=str(shots / f"zh-{Path(page).name}.png"), full_page=False)
             b.page.goto(f"{base}/zh/{exercise}.html", wait_until="load")
             text = b.page.evaluate(ARTICLE_TEXT)
