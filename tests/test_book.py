@@ -299,6 +299,14 @@ def test_the_language_switcher_leads_to_the_same_page_and_back(site):
             back.click()
             b.page.wait_for_load_state("load")
             assert b.page.url == start, (page, b.page.url)
+        # the search page's query goes along both ways
+        b.page.goto(f"{base}/search.html?q=softmax", wait_until="load")
+        b.page.locator("a.course-lang-switcher").click()
+        b.page.wait_for_load_state("load")
+        assert b.page.url == f"{base}/zh/search.html?q=softmax", b.page.url
+        b.page.locator("a.course-lang-switcher").click()
+        b.page.wait_for_load_state("load")
+        assert b.page.url == f"{base}/search.html?q=softmax", b.page.url
 
 
 @pytest.mark.parametrize("query,pages", [
