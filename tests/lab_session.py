@@ -18,9 +18,11 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -65,14 +67,18 @@ def free_port() -> int:
 
 
 class Lab:
-    """`make lab` in a copy, running until close(): its address and token read from what it prints."""
+    """`make lab` in a folder (a student's copy by default: LANG=zh for `language`, a student's shell), running
+    until close(): its address and token read from what it prints. `command(port)` and `env` replace the command
+    and the shell, for a course checkout started another way (tests/test_learner_work.py)."""
 
-    def __init__(self, copy: Path, language: str | None = None):
+    def __init__(self, course: Path, language: str | None = None,
+                 command: Callable[[int], list[str]] | None = None, env: dict[str, str] | None = None):
         self.port = free_port()
-        args = ["make", "lab", f"LAB_PORT={self.port}"] + ([f"LANG={language}"] if language else [])
-        self.log = copy / f"lab-{self.port}.log"
-        self.process = subprocess.Popen(args, cwd=copy, env=student_env(), stdout=self.log.open("w"),
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        args = (command(self.port) if command is not None
+                else ["make", "lab", f"LAB_PORT={self.port}"] + ([f"LANG={language}"] if language else []))
+        self.log = Path(tempfile.mkstemp(prefix=f"lab-{self.port}-", suffix=".log")[1])
+        self.process = subprocess.Popen(args, cwd=course, env=student_env() if env is None else env,
+                                        stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
         self.base = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 180
         self.token = None
@@ -83,7 +89,8 @@ class Lab:
             if found:
                 self.token = found[1]
                 try:
-                    self.get("/api/status")
+                    self.api("GET", "/api/status")
+                    self.printed = self.log.read_text()
                     return
                 except OSError:
                     pass
@@ -91,26 +98,24 @@ class Lab:
         self.close()
         raise AssertionError(f"make lab did not answer within 180 s:\n{self.log.read_text()[-3000:]}")
 
-    def request(self, path: str, data: dict | None = None, method: str = "GET") -> dict:
-        body = json.dumps(data).encode() if data is not None else None
-        request = urllib.request.Request(self.base + path, data=body, method=method,
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        """A call of the server's REST API, with the token."""
+        request = urllib.request.Request(self.base + path, method=method,
+                                         data=json.dumps(body).encode() if body is not None else None,
                                          headers={"Authorization": f"token {self.token}",
                                                   "Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=60) as response:
             text = response.read().decode()
         return json.loads(text) if text else {}
 
-    def get(self, path: str) -> dict:
-        return self.request(path)
-
     def run_notebook(self, path: str, timeout: float = 1800) -> list[dict]:
         """Every code cell of work/<path> run in order in a kernel of this server's session on that path:
         [{"cell": grade_id or cell id, "error": "Name: value" or None, "text": its stream output}]."""
         import websocket
 
-        nb = nbformat.from_dict(self.get(f"/api/contents/{path}")["content"])
-        session = self.request("/api/sessions", {"path": path, "type": "notebook", "name": Path(path).name,
-                                                 "kernel": {"name": "python3"}}, method="POST")
+        nb = nbformat.from_dict(self.api("GET", f"/api/contents/{path}")["content"])
+        session = self.api("POST", "/api/sessions", {"path": path, "type": "notebook", "name": Path(path).name,
+                                                     "kernel": {"name": "python3"}})
         kernel = session["kernel"]["id"]
         ws = websocket.create_connection(
             f"ws://127.0.0.1:{self.port}/api/kernels/{kernel}/channels?token={self.token}", timeout=timeout)
@@ -128,7 +133,7 @@ class Lab:
                                "text": "".join(o.get("text", "") for o in outputs)[-2000:]})
         finally:
             ws.close()
-            self.request(f"/api/sessions/{session['id']}", method="DELETE")
+            self.api("DELETE", f"/api/sessions/{session['id']}")
         return report
 
     @staticmethod
@@ -161,6 +166,7 @@ class Lab:
         return outputs
 
     def close(self) -> None:
+        self.log.unlink(missing_ok=True)
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             try:
@@ -168,6 +174,8 @@ class Lab:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
+
+    stop = close
 
     def __enter__(self) -> "Lab":
         return self

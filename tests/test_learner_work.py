@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from tests.browser import ARGS, CHROMIUM
+from tests.lab_session import Lab as LabSession
 from tests.submissions import REPO, solution_code
 
 ASSIGNMENT = "ch01_qkv_softmax"
@@ -46,61 +44,18 @@ def _make(course: Path, *targets: str, timeout: int = 900) -> subprocess.Complet
                           text=True, timeout=timeout, env={**os.environ, "PATH": os.environ["PATH"]})
 
 
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def Lab(course: Path, root: Path | None = None) -> LabSession:
+    """`make lab` in the course copy (the shared .venv counts as installed), or coursekit.lab serving `root`, as
+    the Makefile runs it; with the test's own environment."""
+    def command(port: int) -> list[str]:
+        if root is not None:
+            return [str(REPO / ".venv" / "bin" / "python"), "-m", "coursekit.lab", "--port", str(port),
+                    "--work", str(root)]
+        return ["make", "-o", ".venv/.installed", "lab", f"LAB_PORT={port}"]
+    return LabSession(course, command=command, env=dict(os.environ))
 
 
-class Lab:
-    """`make lab` running in the background, with the URL it printed."""
-
-    def __init__(self, course: Path, root: Path | None = None):
-        self.port = _free_port()
-        extra = [f"LAB_PORT={self.port}"]
-        command = ["make", "-o", ".venv/.installed", "lab", *extra]
-        if root is not None:   # serve another folder: python -m coursekit.lab --work ROOT, as the Makefile runs it
-            command = [str(REPO / ".venv" / "bin" / "python"), "-m", "coursekit.lab", "--port", str(self.port),
-                       "--work", str(root)]
-        self.proc = subprocess.Popen(command, cwd=course, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
-        self.url, lines = None, []
-        deadline = time.time() + 120
-        while self.url is None and time.time() < deadline:
-            line = self.proc.stdout.readline()
-            if not line and self.proc.poll() is not None:
-                raise AssertionError("make lab exited:\n" + "".join(lines))
-            lines.append(line)
-            if match := re.search(r"(http://127\.0\.0\.1:\d+/lab\?token=(\w+))", line):
-                self.url, self.token = match[1], match[2]
-        assert self.url, "make lab printed no URL:\n" + "".join(lines)
-        self.printed = "".join(lines)
-        for _ in range(300):
-            try:
-                self.api("GET", "/api/status")
-                break
-            except OSError:
-                time.sleep(0.2)
-
-    def api(self, method: str, path: str, body: dict | None = None) -> dict:
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", method=method,
-                                         headers={"Authorization": f"token {self.token}",
-                                                  "Content-Type": "application/json"},
-                                         data=None if body is None else json.dumps(body).encode())
-        with urllib.request.urlopen(request, timeout=30) as response:
-            text = response.read().decode()
-        return json.loads(text) if text else {}
-
-    def stop(self):
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-
-
-def _save_in_jupyterlab(lab: Lab, path: str, edit: str | None = None) -> None:
+def _save_in_jupyterlab(lab: LabSession, path: str, edit: str | None = None) -> None:
     """Open `path` in JupyterLab in chromium, optionally type `edit` at the start of the softmax_np cell,
     and press Ctrl+S, as a learner does."""
     from playwright.sync_api import sync_playwright
