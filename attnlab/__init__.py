@@ -83,14 +83,18 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         append_slot, slot_mapping [9]
     attnlab.serving.copy_on_write
         copy_on_write, fork [9]
+    attnlab.serving.cuda_graphs
+        DecodeBuffers, DecodeGraphs, graph_batch_sizes [9]
     attnlab.serving.engine
         Engine, EngineStats, choose_decode_kernel, new_paged_caches [9]
     attnlab.serving.paged_cache
-        PagedCache, PagedLatentCache, PrefillChunk, StepMetadata, build_step [9]
+        PagedCache, PagedLatentCache, PrefillChunk, StepMetadata, build_step, to_device [9]
     attnlab.serving.paged_kv
         write_paged, gather_paged, paged_attention [9]
     attnlab.serving.prefix_cache
         block_hash, cache_full_blocks, match_prefix [9]
+    attnlab.serving.sampler
+        sample_on_device [9]
     attnlab.serving.scheduler
         Scheduler, SchedulerOutput [9]
     attnlab.serving.sequence

@@ -294,13 +294,16 @@ def test_a_step_packs_decodes_and_prefill_chunks_within_the_budget():
     engine = Engine(model, num_blocks=64, block_size=4, max_num_seqs=4, max_num_batched_tokens=8)
     first = engine.add_request(list(range(1, 4)), 12)[0]
     long = engine.add_request(list(range(5, 35)), 3)[0]              # 30 tokens: at least 4 chunks of <= 8
-    seen = []
-    while engine.has_unfinished():
-        batch = engine.scheduler.schedule()
+    seen, schedule = [], engine.scheduler.schedule
+
+    def schedule_and_record():
+        batch = schedule()
         seen.append([(s.seq_id, s.num_scheduled) for s in batch.seqs])
         assert batch.num_tokens <= 8, f"a step of {batch.num_tokens} tokens, over the budget of 8"
-        engine._copy_blocks()
-        engine._postprocess(batch, engine._forward(batch))
+        return batch
+
+    engine.scheduler.schedule = schedule_and_record
+    engine.run()
     mixed = [step for step in seen if {i for i, _ in step} == {first, long}]
     assert len(mixed) >= 4 and all(dict(step)[first] == 1 for step in mixed[1:]), (
         f"the long prompt's chunks should share steps with the first request's decodes: {seen}")

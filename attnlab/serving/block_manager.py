@@ -82,4 +82,8 @@ class BlockManager:
             self.allocator.check_held(block_id)   # all of them first: a table with a free block frees nothing
         for block_id in reversed(seq.block_table):
             self.allocator.free(block_id)
-        seq.block_table, seq.num_computed, seq.num_scheduled = [], 0, 0
+        seq.block_table, seq.num_computed = [], 0
+
+    def computed(self, seq: Sequence) -> None:
+        """The step that computed seq's num_scheduled tokens is over: their keys and values are in the pool."""
+        seq.num_computed += seq.num_scheduled

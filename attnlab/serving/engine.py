@@ -10,9 +10,10 @@ from functools import partial
 import torch
 
 from attnlab.decoding.generation import LanguageModel
-from attnlab.decoding.sampling import next_token
 from attnlab.serving.block_manager import BlockManager
-from attnlab.serving.paged_cache import PagedCache, PagedLatentCache, build_step
+from attnlab.serving.cuda_graphs import DecodeGraphs
+from attnlab.serving.paged_cache import PagedCache, PagedLatentCache, build_step, to_device
+from attnlab.serving.sampler import sample_on_device
 from attnlab.serving.scheduler import Scheduler, SchedulerOutput
 from attnlab.serving.sequence import SamplingParams, Sequence
 
@@ -20,8 +21,8 @@ from attnlab.serving.sequence import SamplingParams, Sequence
 # cell 'engine'
 def new_paged_caches(config, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
                      decode_kernel: Callable | None = None, validate: bool = False) -> list[PagedCache]:
-    """One paged cache per layer: K and V pools of n_kv_heads heads for a Llama-style model (chapter 7); the latent
-    c_kv and the rotary key for MLA (chapter 8)."""
+    """One paged cache per layer, of num_blocks blocks: K and V pools of n_kv_heads heads for a Llama-style model
+    (chapter 7); the latent c_kv and the rotary key for MLA (chapter 8)."""
     if hasattr(config, "kv_lora_rank"):
         shapes, cache_class = ((1, config.kv_lora_rank), (config.n_rope_heads, config.qk_rope_head_dim)), PagedLatentCache
     else:
@@ -82,11 +83,13 @@ class Engine:
     each step is one forward pass over every scheduled token, decodes and prefill chunks packed together.
 
     Works with chapter 7's Llama and chapter 8's MLAModel: their layers call cache.attend, and the engine gives
-    them paged caches. validate=True checks slots and lengths in every layer, which reads them back (slower)."""
+    them paged caches. validate=True checks slots and lengths in every layer, which reads them back (slower).
+    cuda_graphs: replay decode-only steps as CUDA graphs (DecodeGraphs); None: on a CUDA GPU with the kernels.
+    True on a CPU runs the graphs' padded buffers eagerly, as the tests do."""
 
     def __init__(self, model: LanguageModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, prefix_caching: bool = True, preemption: bool = True,
-                 attention: str | Callable = "auto", validate: bool = False):
+                 attention: str | Callable = "auto", validate: bool = False, cuda_graphs: bool | None = None):
         self.model, self.config = model, model.config
         self.manager = BlockManager(num_blocks, block_size, prefix_caching)
         self.scheduler = Scheduler(self.manager, max_num_seqs, max_num_batched_tokens, preemption)
@@ -94,8 +97,19 @@ class Engine:
         self.device = weight.device
         kernel = choose_decode_kernel(attention, self.config, block_size, self.device, validate)
         self.attention = "torch" if kernel is None else "triton"
-        self.caches = new_paged_caches(self.config, num_blocks, block_size, weight.dtype, self.device, kernel,
-                                       validate)
+        if cuda_graphs is None:
+            cuda_graphs = self.device.type == "cuda" and kernel is not None and not validate
+        if cuda_graphs and (kernel is None or validate):
+            raise ValueError("CUDA graphs replay the decode kernel's steps: they need attention='triton' (or a kernel) "
+                             "and validate=False, whose checks read numbers back to the host")
+        # With graphs, one more block, which no table ever holds: the padding rows of a captured step write there.
+        self.caches = new_paged_caches(self.config, num_blocks + int(cuda_graphs), block_size, weight.dtype,
+                                       self.device, kernel, validate)
+        self.graphs = None
+        if cuda_graphs:
+            self.graphs = DecodeGraphs(model, self.caches, max_num_seqs, self.manager.blocks_for(self.config.max_seq_len),
+                                       num_blocks * block_size, block_size, self.device,
+                                       capture=self.device.type == "cuda")
         self.finished: dict[int, Sequence] = {}
         self.stats = EngineStats()
         self._next_id = 0
@@ -128,8 +142,8 @@ class Engine:
         if self.manager.blocks_for(total) > self.manager.allocator.num_blocks:
             raise ValueError(f"{total} tokens need {self.manager.blocks_for(total)} blocks of "
                              f"{self.manager.block_size}; the pool has {self.manager.allocator.num_blocks}")
-        seqs = [Sequence(self._next_id + i, prompt_ids, params, sample=i) for i in range(n)]
-        seqs[0].forks = seqs[1:]
+        forks = [Sequence(self._next_id + i, prompt_ids, params, sample=i) for i in range(1, n)]
+        seqs = [Sequence(self._next_id, prompt_ids, params, forks=forks)] + forks
         self.scheduler.add(seqs[0])
         self._next_id += n
         return [seq.seq_id for seq in seqs]
@@ -141,8 +155,12 @@ class Engine:
         """One iteration. Returns the (sequence id, token) pairs it generated."""
         batch = self.scheduler.schedule()
         self._copy_blocks()
-        logits = self._forward(batch)
-        return self._postprocess(batch, logits)
+        logits = self._forward(batch)                        # (num_seqs, V), on the model's device
+        token_ids = self._sample(batch, logits)              # {sequence id: its new token}: the step's one copy back
+        self._count(batch)
+        for seq in self.scheduler.postprocess(batch, token_ids):
+            self.finished[seq.seq_id] = seq
+        return list(token_ids.items())
 
     def run(self, on_step: Callable[["Engine", list[tuple[int, int]]], None] | None = None) -> dict[int, list[int]]:
         """Step until every request is finished; {sequence id: its generated tokens}."""
@@ -164,41 +182,43 @@ class Engine:
 
     @torch.no_grad()
     def _forward(self, batch: SchedulerOutput) -> torch.Tensor:
-        """One forward pass over the step's packed tokens -> the logits of each sequence's last token, (num_seqs, V)."""
+        """One forward pass over the step's packed tokens -> the logits of each sequence's last token, (num_seqs, V).
+        A step of decodes alone replays a CUDA graph when the engine has them; others run eagerly."""
         if not batch.seqs:
-            return torch.empty(0, self.config.vocab_size)
-        step = build_step(batch.seqs, self.manager.block_size, self.device)
+            return torch.empty(0, self.config.vocab_size, device=self.device)
+        step = build_step(batch.seqs, self.manager.block_size, self.device, gather_decodes=self.attention == "torch")
+        if self.graphs is not None and not step.chunks:
+            return self.graphs.run(step).float()
         for cache in self.caches:
             cache.step = step
         logits = self.model(step.token_ids, None, self.caches, positions=step.positions, logits_at=step.logits_at)
-        return logits[0].float().cpu()                                        # (num_seqs, V)
+        return logits[0].float()
 
-    def _postprocess(self, batch: SchedulerOutput, logits: torch.Tensor) -> list[tuple[int, int]]:
-        """The step's tokens are computed: a sequence whose tokens are all computed draws its next one (its
-        forks too, after its prefill), and finished sequences leave."""
-        emitted = []
+    def _sample(self, batch: SchedulerOutput, logits: torch.Tensor) -> dict[int, int]:
+        """A sequence whose tokens are all computed after this step draws its next token, and so do the samples
+        that fork off it then, from the same row of logits with their own generators. {sequence id: token}, in
+        row order, each sequence followed by its forks."""
+        rows, samplers = [], []
+        for row, seq in enumerate(batch.seqs):
+            if seq.num_computed + seq.num_scheduled == seq.num_tokens:      # not a prompt's chunk with more to come
+                rows += [row] * seq.num_rows
+                samplers += [seq] + seq.forks
+        if not samplers:
+            return {}
+        if rows != list(range(len(batch.seqs))):
+            logits = logits[to_device(torch.tensor(rows), self.device)]
+        token_ids = sample_on_device(logits, samplers).tolist()          # the one copy to the host
+        return {seq.seq_id: token for seq, token in zip(samplers, token_ids)}
+
+    def _count(self, batch: SchedulerOutput) -> None:
         self.stats.preemptions += len(batch.preempted)
         held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
         self.stats.peak_blocks = max(self.stats.peak_blocks, held)
         self.stats.peak_rows = max(self.stats.peak_rows, self.scheduler.num_rows)
         self.stats.peak_tokens = max(self.stats.peak_tokens, batch.num_tokens)
-        for row, seq in enumerate(batch.seqs):
+        for seq in batch.seqs:
             if seq.num_scheduled == 1 and seq.num_generated > 0:
                 self.stats.decode_tokens += 1
             else:
                 self.stats.prefill_tokens += seq.num_scheduled
-            seq.num_computed += seq.num_scheduled
-            seq.num_scheduled = 0
-            if seq.num_computed < seq.num_tokens:
-                continue                                     # a prompt's chunk: the rest in later steps
-            for sample in [seq] + self.scheduler.fork(seq):
-                p = sample.params
-                token = int(next_token(logits[row:row + 1], p.temperature, None, p.top_p, sample.generator))
-                sample.token_ids.append(token)
-                emitted.append((sample.seq_id, token))
-        for seq in list(self.scheduler.running):
-            if seq.finished:
-                self.scheduler.finish(seq)
-                self.finished[seq.seq_id] = seq
         self.stats.steps += 1
-        return emitted

@@ -75,6 +75,22 @@ class Scheduler:
         self.manager.free(seq)
         self.running.remove(seq)
 
+    def postprocess(self, batch: SchedulerOutput, token_ids: dict[int, int]) -> list[Sequence]:
+        """A step's output, the one place it changes the sequences (nano-vllm's Scheduler.postprocess): the scheduled
+        tokens are computed; each sequence that drew a token (token_ids: {sequence id: token}, from the engine)
+        appends it, after its forks join running on its blocks; finished sequences leave. Returns them."""
+        for seq in batch.seqs:
+            self.manager.computed(seq)
+            seq.num_scheduled = 0
+            if seq.seq_id not in token_ids:
+                continue                                     # a prompt's chunk: the rest in later steps
+            for sample in [seq] + self.fork(seq):
+                sample.token_ids.append(token_ids[sample.seq_id])
+        finished = [seq for seq in self.running if seq.finished]
+        for seq in finished:
+            self.finish(seq)
+        return finished
+
     def check_room(self) -> None:
         """OutOfBlocks, before anything changes, when the running sequences' tokens of the next step need more
         free blocks than there are (for preemption off)."""

@@ -30,9 +30,13 @@ class SamplingParams:
 
 class Sequence:
     """One sample of one request: its tokens and how to draw more, its block table, and how far its keys and
-    values have been computed. The scheduler moves it between waiting and running; the engine samples it."""
+    values have been computed. The scheduler moves it between waiting and running; the engine samples it.
 
-    def __init__(self, seq_id: int, token_ids: list[int], params: SamplingParams, sample: int = 0):
+    Each field has one writer: the block manager its block_table and num_computed; the scheduler num_scheduled,
+    and, from a step's output (Scheduler.postprocess), its new tokens and its forks."""
+
+    def __init__(self, seq_id: int, token_ids: list[int], params: SamplingParams, sample: int = 0,
+                 forks: list["Sequence"] | None = None):
         self.seq_id = seq_id
         self.token_ids = list(token_ids)          # the prompt, then each generated token
         self.prompt_len = len(token_ids)
@@ -41,7 +45,7 @@ class Sequence:
         self.block_table: list[int] = []
         self.num_computed = 0                     # tokens whose keys and values are in the pool: the first ones
         self.num_scheduled = 0                    # tokens this step computes, from position num_computed on
-        self.forks: list["Sequence"] = []         # the request's other samples: they fork off after its prefill
+        self.forks: list["Sequence"] = list(forks or [])  # the request's other samples: they fork off after its prefill
 
     @property
     def num_tokens(self) -> int:
