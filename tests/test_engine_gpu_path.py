@@ -1,0 +1,261 @@
+"""The engine's GPU path, run on a CPU: CUDA-graph buckets and static decode buffers, sampling on the device, step
+metadata for the chosen backend only, and one writer per Sequence field. Only capture and replay need CUDA; the
+code they capture runs here, and must give the tokens the eager engine gives."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnlab.decoding.sampling import next_token
+from attnlab.models.llama import Llama, LlamaConfig
+from attnlab.models.mla import MLAConfig, MLAModel
+from attnlab.serving.cuda_graphs import DecodeBuffers, graph_batch_sizes
+from attnlab.serving.engine import Engine
+from attnlab.serving.paged_cache import build_step
+from attnlab.serving.sampler import sample_on_device
+from attnlab.serving.sequence import SamplingParams, Sequence
+
+SERVING = Path(__file__).resolve().parents[1] / "attnlab" / "serving"
+
+
+def sdpa_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
+                context_lens: torch.Tensor) -> torch.Tensor:
+    """A decode kernel written with torch's SDPA, with no read back to the host (as a captured kernel must):
+    q (B, H, D), pools (num_blocks, block_size, H_kv, D) -> z (B, H, D)."""
+    block_size = k_pool.shape[1]
+    position = torch.arange(block_tables.shape[1] * block_size)                       # (S,)
+    slots = block_tables.long().clamp(min=0)[:, position // block_size] * block_size + position % block_size
+    k, v = (pool.view(-1, *pool.shape[2:])[slots].transpose(1, 2) for pool in (k_pool, v_pool))   # (B, H_kv, S, D)
+    mask = (position[None, :] < context_lens[:, None].long())[:, None, None, :]
+    z = F.scaled_dot_product_attention(q[:, :, None], k, v, attn_mask=mask, enable_gqa=True)
+    return z[:, :, 0]
+
+
+def latent_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_pool: torch.Tensor, r_pool: torch.Tensor,
+                  block_tables: torch.Tensor, context_lens: torch.Tensor, scale: float) -> torch.Tensor:
+    """The absorbed MLA decode with no read back to the host: q_latent (B, H, d_c), q_rope (B, H, d_r), the latent
+    pool (num_blocks, block_size, 1, d_c) and the rotary pool (.., 1, d_r) -> z_latent (B, H, d_c)."""
+    block_size = c_pool.shape[1]
+    position = torch.arange(block_tables.shape[1] * block_size)
+    slots = block_tables.long().clamp(min=0)[:, position // block_size] * block_size + position % block_size
+    c, r = (pool.view(-1, pool.shape[-1])[slots] for pool in (c_pool, r_pool))        # (B, S, d)
+    scores = (torch.einsum("bhc,bsc->bhs", q_latent, c) + torch.einsum("bhr,bsr->bhs", q_rope, r)) * scale
+    scores = scores.masked_fill(~(position[None, :] < context_lens[:, None].long())[:, None, :], float("-inf"))
+    return torch.einsum("bhs,bsc->bhc", scores.softmax(dim=-1), c)
+
+
+def tiny_llama() -> Llama:
+    torch.manual_seed(0)
+    return Llama(LlamaConfig(vocab_size=64, d_model=32, n_heads=4, n_kv_heads=2, d_ff=64, n_layers=2,
+                             max_seq_len=96)).eval()
+
+
+def tiny_mla() -> MLAModel:
+    torch.manual_seed(0)
+    return MLAModel(MLAConfig(vocab_size=64, d_model=32, n_heads=4, kv_lora_rank=16, qk_nope_head_dim=8,
+                              qk_rope_head_dim=8, v_head_dim=8, d_ff=64, n_layers=2, max_seq_len=96)).eval()
+
+
+def serve(model, prompts: list[list[int]], new_tokens: list[int], **engine_args) -> dict[int, list[int]]:
+    engine = Engine(model, num_blocks=40, block_size=4, max_num_seqs=6, max_num_batched_tokens=24, **engine_args)
+    for prompt, n in zip(prompts, new_tokens):
+        engine.add_request(prompt, n)
+    outputs = engine.run()
+    assert engine.manager.allocator.num_free == 40, "blocks leaked"
+    return outputs
+
+
+def test_graph_batch_sizes_are_nano_vllms_buckets():
+    assert graph_batch_sizes(1) == [1]
+    assert graph_batch_sizes(6) == [1, 2, 4, 6]
+    assert graph_batch_sizes(64) == [1, 2, 4, 8, 16, 32, 48, 64]
+    assert graph_batch_sizes(40) == [1, 2, 4, 8, 16, 32, 40]
+    with pytest.raises(ValueError, match="max_num_seqs"):
+        graph_batch_sizes(0)
+
+
+def decode_seqs(lengths: list[int], block_size: int) -> list[Sequence]:
+    """Sequences of the given lengths, each one token from the end of its computed tokens, on disjoint blocks."""
+    seqs, next_block = [], 0
+    for i, length in enumerate(lengths):
+        seq = Sequence(i, list(range(1, length + 1)), SamplingParams())
+        blocks = -(-length // block_size)
+        seq.block_table = list(range(next_block, next_block + blocks))
+        next_block += blocks
+        seq.num_computed, seq.num_scheduled = length - 1, 1
+        seqs.append(seq)
+    return seqs
+
+
+def test_decode_buffers_pad_a_step_to_its_bucket_with_rows_that_touch_only_the_pad_slot():
+    block_size, max_blocks, pad_block = 4, 8, 30
+    buffers = DecodeBuffers(16, max_blocks, pad_block * block_size, block_size, torch.device("cpu"))
+    big = build_step(decode_seqs([9, 3, 17, 5, 6, 2], block_size), block_size, torch.device("cpu"), gather_decodes=False)
+    buffers.fill(big, 8)
+    small = build_step(decode_seqs([7, 13, 1], block_size), block_size, torch.device("cpu"), gather_decodes=False)
+    padded = buffers.fill(small, 4)                    # after a larger step: its rows 3.. must be reset
+    assert padded.num_decodes == 4 and padded.token_ids.shape == (1, 4)
+    assert padded.token_ids.data_ptr() == buffers.token_ids.data_ptr(), "a captured graph reads the buffers only"
+    torch.testing.assert_close(padded.slot_mapping[:3], small.slot_mapping)
+    torch.testing.assert_close(padded.context_lens[:3], small.context_lens)
+    torch.testing.assert_close(padded.block_tables[:3, :small.block_tables.shape[1]], small.block_tables)
+    assert (padded.block_tables[:3, small.block_tables.shape[1]:] == -1).all()
+    assert padded.slot_mapping[3] == pad_block * block_size and padded.context_lens[3] == 1
+    assert padded.block_tables[3].tolist() == [pad_block] + [-1] * (max_blocks - 1)
+    again = buffers.fill(small, 8)                     # the larger bucket pads its own rows, whatever they held
+    assert (again.block_tables[3:] == torch.tensor([pad_block] + [-1] * (max_blocks - 1))).all()
+    assert (again.slot_mapping[3:] == pad_block * block_size).all() and (again.context_lens[3:] == 1).all()
+    with pytest.raises(ValueError, match="decodes and no prefill chunk"):
+        buffers.fill(small, 2)
+
+
+@pytest.mark.parametrize("make_model, kernel", [(tiny_llama, sdpa_decode), (tiny_mla, latent_decode)],
+                         ids=["gqa", "mla"])
+def test_decode_steps_through_the_graph_buffers_give_the_eager_engines_tokens(make_model, kernel):
+    """cuda_graphs=True on a CPU runs every decode-only step through the padded static buffers (the code a graph
+    captures), and prefill or mixed steps eagerly; the tokens must equal those of the engine without graphs."""
+    model = make_model()
+    prompts = [list(range(1, n + 1)) for n in (5, 30, 11, 3, 19, 8, 26)]
+    new_tokens = [9, 4, 14, 7, 3, 12, 6]
+    eager = serve(model, prompts, new_tokens, attention="torch")
+    graphed = serve(model, prompts, new_tokens, attention=kernel, cuda_graphs=True)
+    assert graphed == eager
+
+
+def test_the_graph_path_is_used_for_decode_steps_and_refused_where_it_cannot_work():
+    model = tiny_llama()
+    engine = Engine(model, num_blocks=40, block_size=4, max_num_seqs=6, attention=sdpa_decode, cuda_graphs=True)
+    sizes = []
+    run = engine.graphs.run
+    engine.graphs.run = lambda step: sizes.append(engine.graphs.size_for(step.num_decodes)) or run(step)
+    for n in (3, 5, 7):
+        engine.add_request(list(range(1, n + 1)), 5)
+    engine.run()
+    assert sizes and set(sizes) == {4}, f"three decodes run in the bucket of 4, got {sizes}"
+    assert engine.caches[0].k_pool.shape[0] == 41, "one pad block beyond the manager's 40"
+    with pytest.raises(ValueError, match="CUDA graphs"):
+        Engine(model, num_blocks=40, block_size=4, attention="torch", cuda_graphs=True)
+    assert Engine(model, num_blocks=40, block_size=4).graphs is None, "no graphs unless asked for, on a CPU"
+
+
+def test_sampling_on_the_device_draws_chapter_5s_tokens_for_the_same_seeds():
+    """Greedy, temperature and top-p rows in one batch: each row's token equals next_token on that row alone with a
+    generator of the same seed, draw after draw."""
+    torch.manual_seed(1)
+    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=3),
+              SamplingParams(temperature=1.3, top_p=0.9, seed=4), SamplingParams(temperature=0.5, top_p=1.0, seed=5),
+              SamplingParams(temperature=1.0, top_p=0.3, seed=6)]
+    batch = [Sequence(i, [1], p) for i, p in enumerate(params)]
+    alone = [Sequence(i, [1], p) for i, p in enumerate(params)]
+    for _ in range(20):
+        logits = torch.randn(len(params), 300) * 4
+        ours = sample_on_device(logits, batch).tolist()
+        theirs = [int(next_token(logits[r:r + 1], s.params.temperature, None, s.params.top_p, s.generator))
+                  for r, s in enumerate(alone)]
+        assert ours == theirs
+    with pytest.raises(ValueError, match="need logits"):
+        sample_on_device(torch.zeros(2, 300), batch)
+
+
+def test_seeded_samples_do_not_depend_on_the_batch():
+    """A seeded request gets the same tokens alone and beside others, with or without the graph buffers."""
+    model = tiny_llama()
+    engine = Engine(model, num_blocks=40, block_size=4)
+    engine.add_request([5, 6, 7], 10, temperature=0.9, top_p=0.8, seed=11)
+    alone = list(engine.run().values())[0]
+    crowded = Engine(model, num_blocks=40, block_size=4, attention=sdpa_decode, cuda_graphs=True)
+    crowded.add_request([9, 9, 9, 9, 9], 12, temperature=1.0, seed=2)
+    ids = crowded.add_request([5, 6, 7], 10, temperature=0.9, top_p=0.8, seed=11)
+    crowded.add_request([1, 2], 8)
+    assert crowded.run()[ids[0]] == alone
+
+
+def test_step_metadata_for_a_kernel_leaves_out_the_gather_fields():
+    seqs = decode_seqs([1024] * 32, 16)
+    gather = build_step(seqs, 16, torch.device("cpu"))
+    kernel = build_step(seqs, 16, torch.device("cpu"), gather_decodes=False)
+    assert kernel.read_slots is None and kernel.read_mask is None
+    for name in ("token_ids", "positions", "slot_mapping", "block_tables", "context_lens", "logits_at"):
+        torch.testing.assert_close(getattr(kernel, name), getattr(gather, name), msg=name)
+    nbytes = lambda step: sum(t.nbytes for t in vars(step).values() if isinstance(t, torch.Tensor))
+    # 32 rows of 64 int32 block ids (8 kB) and a few (32,) vectors, against 32 x 1,024 int64 slots and bools more
+    assert nbytes(kernel) < 10_000 < 290_000 < nbytes(gather), (nbytes(kernel), nbytes(gather))
+    with pytest.raises(ValueError, match="no read_slots"):
+        kernel.gather_decodes(torch.zeros(64, 16, 2, 8))
+
+
+def test_a_graphed_decode_step_reads_nothing_back_but_the_sampled_ids(monkeypatch):
+    """Profiled on a CPU: in a decode step through the graph buffers, no operation reads a tensor back to the host
+    (item(), bool(), boolean indexing) and one tolist() copies the sampled ids, apart from build_step, which works
+    on host tensors before its one copy to the device."""
+    import attnlab.serving.engine as engine_module
+
+    model = tiny_llama()
+    engine = Engine(model, num_blocks=64, block_size=4, max_num_seqs=8, attention=sdpa_decode, cuda_graphs=True)
+    for i in range(6):
+        engine.add_request([1 + i, 2, 3, 4, 5], 20)
+    for _ in range(3):
+        engine.step()
+    on_host = engine_module.build_step
+
+    def build_step_on_host(*args, **kwargs):
+        with torch.profiler.record_function("host: build_step"):
+            return on_host(*args, **kwargs)
+
+    monkeypatch.setattr(engine_module, "build_step", build_step_on_host)
+    copies, tolist = [], torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: copies.append(self.shape) or tolist(self))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        engine.step()
+
+    def in_build_step(event) -> bool:
+        while event is not None:
+            if event.name == "host: build_step":
+                return True
+            event = event.cpu_parent
+        return False
+
+    reads = [e.name for e in prof.events() if e.name in (
+        "aten::_local_scalar_dense", "aten::nonzero", "aten::item", "aten::is_nonzero") and not in_build_step(e)]
+    assert reads == [], reads
+    assert copies == [torch.Size([6])], f"one copy back per step, of the 6 sampled ids; got {copies}"
+
+
+WRITERS = {"block_table": {"BlockManager"}, "num_computed": {"BlockManager"}, "num_scheduled": {"Scheduler"},
+           "token_ids": {"Scheduler"}, "forks": {"Scheduler"}}
+
+
+def test_each_sequence_field_has_one_writer():
+    """Outside Sequence's constructor, each field is assigned, augmented or appended to in one class only."""
+    found: dict[str, set[str]] = {field: set() for field in WRITERS}
+    for path in SERVING.glob("*.py"):
+        for top in ast.parse(path.read_text()).body:
+            if isinstance(top, ast.ClassDef):
+                owner, bodies = top.name, [f for f in top.body if not (top.name == "Sequence" and
+                                                                      getattr(f, "name", "") == "__init__")]
+            elif isinstance(top, ast.FunctionDef):
+                owner, bodies = f"{path.stem}.{top.name}", [top]
+            else:
+                continue
+            for node in (n for body in bodies for n in ast.walk(body)):
+                targets = []
+                if isinstance(node, ast.Assign):
+                    targets = [t for target in node.targets for t in ast.walk(target)]
+                elif isinstance(node, ast.AugAssign):
+                    targets = [node.target]
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                        "append", "extend", "pop", "clear"):
+                    targets = [node.func.value]
+                for target in targets:
+                    if isinstance(target, ast.Attribute) and target.attr in WRITERS and not (
+                            isinstance(target.value, ast.Name) and target.value.id == "self"):
+                        found[target.attr].add(owner)
+    classes = {field: {w for w in writers if "." not in w} for field, writers in found.items()}
+    functions = {field: {w for w in writers if "." in w} for field, writers in found.items()}
+    assert classes == WRITERS, classes
+    # free functions of the exercises write only through a table the BlockManager hands them, never a Sequence
+    assert not any(functions.values()), functions
