@@ -8,7 +8,8 @@ On a CUDA GPU (written for an H200; at most 5 minutes):
      flash-attn when they are installed;
   3. paged MLA decode at DeepSeek-V3's dims (128 heads, a 512 + 64 latent, blocks of 64), in TFLOP/s and as a
      share of bf16 peak, beside torch's two batched matmuls on the same latent laid out contiguously;
-  4. chapter 9's engine on a random model of SmolLM2's shape, decoding with the kernels and with torch;
+  4. chapter 9's engine on a random model of SmolLM2's shape, with the kernels and CUDA graphs, against
+     transformers' generate_batch and static generate on identical requests, and a profile of one decode step;
   5. one packed step of that engine (64 decodes and a prompt's prefill chunk), on the kernels and on torch.
 With --smoke it runs the same code at tiny sizes in Triton's interpreter, to check the script on a CPU.
 """
@@ -266,34 +267,135 @@ def bench_mla(device, dtype, quick: bool) -> list[str]:
     return lines
 
 
+def engine_workload(vocab_size: int, quick: bool) -> list[list[int]]:
+    """The requests of issue 35's H200 run: 192 prompts of 16-512 random tokens (tiny with --smoke)."""
+    g = torch.Generator().manual_seed(1)
+    count, shortest, longest = (6, 4, 40) if quick else (192, 16, 512)
+    return [torch.randint(0, vocab_size, (int(n),), generator=g).tolist()
+            for n in torch.randint(shortest, longest + 1, (count,), generator=g)]
+
+
+def busy_seconds(events) -> float:
+    """The time the GPU was busy: the union of its kernels' and copies' intervals (they may overlap)."""
+    spans = sorted((e.time_range.start, e.time_range.end) for e in events)
+    busy, end = 0.0, -math.inf
+    for start, stop in spans:
+        busy += max(0.0, stop - max(start, end))
+        end = max(end, stop)
+    return busy / 1e6
+
+
+def profile_decode_step(engine, device) -> str:
+    """One decode step of everything the engine runs, profiled: wall time, GPU-busy time, kernel launches and
+    device-to-host copies."""
+    from torch.autograd import DeviceType
+    activities = [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    rows = len(engine.running)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    with torch.profiler.profile(activities=activities) as prof:
+        start = time.perf_counter()
+        engine.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    on_gpu = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    copies = [e for e in on_gpu if "Memcpy DtoH" in e.name]
+    kernels = [e for e in on_gpu if "Memcpy" not in e.name and "Memset" not in e.name]
+    busy = busy_seconds(on_gpu)
+    share = f"{busy * 1e3:.2f} ms ({busy / wall:.0%})" if device.type == "cuda" else "n/a on a CPU"
+    return (f"  profile of one decode step of {rows} sequences: wall {wall * 1e3:.2f} ms, GPU busy {share}, "
+            f"{len(kernels)} kernels, {len(copies)} device-to-host copies (target: busy >= 80%)")
+
+
 def bench_engine(device, quick: bool) -> list[str]:
+    """Chapter 9's engine against transformers on identical requests, equal budgets (64 new tokens each, no EOS),
+    greedy, on a random model of SmolLM2's shape: the engine with the kernels and CUDA graphs, without the graphs,
+    transformers' continuous batching (generate_batch) and its static generate in batches of 32."""
+    from transformers import GenerationConfig
     from attnlab.models.llama import Llama, LlamaConfig
     from attnlab.serving.engine import Engine
+    from tests.llama_reference import transformers_twin
     torch.manual_seed(0)
     config = (LlamaConfig(vocab_size=64, d_model=64, n_heads=4, n_kv_heads=2, d_ff=96, n_layers=2, max_seq_len=128)
               if quick else LlamaConfig(vocab_size=49152, d_model=576, n_heads=9, n_kv_heads=3, d_ff=1536,
                                         n_layers=30, max_seq_len=2048, rope_theta=1e5))
-    model = Llama(config).to(device).eval()
-    g = torch.Generator().manual_seed(1)
-    count, new = (4, 8) if quick else (64, 64)
-    prompts = [torch.randint(0, config.vocab_size, (int(n),), generator=g).tolist()
-               for n in torch.randint(4, 40 if quick else 400, (count,), generator=g)]
-    outputs, lines = {}, []
-    for attention in ("torch", "triton"):
-        engine = Engine(model, num_blocks=64 if quick else 4096, block_size=16, max_num_seqs=count,
-                        attention=attention)
-        ids = [engine.add_request(p, new)[0] for p in prompts]
-        start = time.perf_counter()
-        result = engine.run()
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = Llama(config).to(device=device, dtype=dtype).eval()
+    prompts, new = engine_workload(config.vocab_size, quick), (8 if quick else 64)
+    useful = len(prompts) * new
+    rows = min(64, len(prompts))
+    kernel = "triton"
+    outputs, rate, lines, profile = {}, {}, [], ""
+
+    def timed(name, fn):
         if device.type == "cuda":
             torch.cuda.synchronize()
-        elapsed = time.perf_counter() - start
-        outputs[attention] = [result[i] for i in ids]
-        lines.append(f"engine, {attention:6s} decode attention: {count * new / elapsed:7.1f} tokens/s "
-                     f"({engine.stats.steps} steps)")
-    same = sum(a == b for a, b in zip(outputs["torch"], outputs["triton"]))
-    lines.append(f"engine: {same}/{count} requests give the same tokens with the kernels as with torch "
-                 f"(a random model's near-ties can differ at float32 vs TF32 rounding)")
+        start = time.perf_counter()
+        outputs[name] = fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        rate[name] = useful / (time.perf_counter() - start)
+
+    def engine_run(graphs: bool) -> list[list[int]]:
+        nonlocal profile
+        engine = Engine(model, num_blocks=64 if quick else 8192, block_size=16, max_num_seqs=rows,
+                        max_num_batched_tokens=512 if quick else 8192, attention=kernel, cuda_graphs=graphs)
+        ids = [engine.add_request(p, new)[0] for p in prompts]
+        if graphs:                      # profiled once everything admitted first is decoding (not timed)
+            while engine.waiting or any(s.num_computed < s.prompt_len for s in engine.running):
+                engine.step()
+            profile = profile_decode_step(engine, device)
+        result = engine.run()
+        return [result[i] for i in ids]
+
+    hf = transformers_twin(model.float().cpu()).to(device=device, dtype=dtype)
+    model.to(device=device, dtype=dtype)
+    greedy = GenerationConfig(max_new_tokens=new, min_new_tokens=new, do_sample=False, eos_token_id=-1,
+                              pad_token_id=0)
+
+    def static_generate() -> list[list[int]]:
+        out = []
+        for start in range(0, len(prompts), 32):
+            group = prompts[start:start + 32]
+            width = max(map(len, group))
+            ids = torch.zeros(len(group), width, dtype=torch.long)
+            mask = torch.zeros(len(group), width, dtype=torch.long)
+            for row, p in enumerate(group):                                  # left-padded
+                ids[row, width - len(p):], mask[row, width - len(p):] = torch.tensor(p), 1
+            tokens = hf.generate(ids.to(device), attention_mask=mask.to(device), generation_config=greedy)
+            out += tokens[:, width:].tolist()
+        return out
+
+    def continuous_batching() -> list[list[int]]:
+        result = hf.generate_batch(prompts, greedy, progress_bar=False)
+        by_prompt = {tuple(r.prompt_ids): list(r.generated_tokens) for r in result.values()}
+        return [by_prompt[tuple(p)] for p in prompts]
+
+    with torch.no_grad():
+        engine_run(graphs=True)                                              # a first run compiles the kernels
+        timed("attnlab engine, Triton kernels + CUDA graphs", lambda: engine_run(graphs=True))
+        timed("attnlab engine, Triton kernels, eager", lambda: engine_run(graphs=False))
+        for name, fn in (("transformers generate_batch (continuous batching)", continuous_batching),
+                         ("transformers generate, static batches of 32", static_generate)):
+            try:
+                timed(name, fn)
+            except Exception as error:                                      # another transformers version
+                lines.append(f"  {name}: unavailable here ({type(error).__name__}: {str(error)[:120]})")
+    ours = rate["attnlab engine, Triton kernels + CUDA graphs"]
+    lines.insert(0, f"engine: {len(prompts)} requests of {min(map(len, prompts))}-{max(map(len, prompts))} random "
+                    f"tokens, {new} new tokens each, greedy, {rows} rows at most, {dtype}; useful tokens/s:")
+    for name, r in rate.items():
+        ratio = "" if r is ours else f"; the engine with graphs: {ours / r:.2f}x"
+        lines.append(f"  {name:52s} {r:9.1f} tok/s{ratio}")
+    reference = outputs.get("transformers generate_batch (continuous batching)")
+    if reference is not None:
+        same = sum(a == b for a, b in zip(outputs["attnlab engine, Triton kernels + CUDA graphs"], reference))
+        lines.append(f"  {same}/{len(prompts)} requests give generate_batch's tokens (a random model in {dtype}: "
+                     f"near-ties may differ)")
+    lines.append(profile)
+    lines.append("  targets on an H200: busy >= 80%, >= 5x generate_batch, >= 10,000 tok/s (aiming for 20,000)")
     return lines
 
 

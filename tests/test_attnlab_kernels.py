@@ -313,7 +313,10 @@ def test_the_gpu_benchmark_script_runs_at_tiny_sizes_in_the_interpreter(repo):
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
     checks = [line for line in run.stdout.splitlines() if line.startswith("correctness")]
     assert len(checks) == 14 and all(line.endswith(" ok") for line in checks), run.stdout   # 4 GQA x 3, MLA x 2
-    assert "4/4 requests give the same tokens" in run.stdout, run.stdout
+    # the engine (graphs' buffers, on the kernels) against transformers' two ways of batching, and the step profile
+    assert "6/6 requests give generate_batch's tokens" in run.stdout, run.stdout
+    assert "unavailable" not in run.stdout and "transformers generate, static batches" in run.stdout, run.stdout
+    assert "profile of one decode step of 6 sequences: wall" in run.stdout, run.stdout
 
 
 def with_table_tail(tables: torch.Tensor, extra: int = 3) -> torch.Tensor:
