@@ -44,7 +44,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.layers.grouped_attention
         grouped_query_attention, repeat_kv, GroupedQueryAttention [7]
     attnlab.layers.kv_cache
-        Cache, KVCache [5]
+        Cache, CacheShapes, KVCache [5]
         LatentCache [8]
     attnlab.layers.latent_attention
         latent_kv, decoupled_rope, naive_latent_attention, absorbed_latent_attention, LATENT_EPS,

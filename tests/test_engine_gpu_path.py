@@ -259,3 +259,27 @@ def test_each_sequence_field_has_one_writer():
     assert classes == WRITERS, classes
     # free functions of the exercises write only through a table the BlockManager hands them, never a Sequence
     assert not any(functions.values()), functions
+
+
+def test_each_config_describes_its_cache_once_for_new_caches_and_the_paged_pools():
+    """CausalLM (chapter 5), Llama (chapter 7) and MLAModel (chapter 8): the contiguous caches of new_caches and
+    the engine's paged pools both hold what config.cache_shapes says, and the length check is one and the same."""
+    from attnlab.models.causal_lm import CausalLM, CausalLMConfig
+    from attnlab.serving.engine import new_paged_caches
+
+    gpt = CausalLM(CausalLMConfig(vocab_size=64, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_seq_len=40))
+    for model in (gpt, tiny_llama(), tiny_mla()):
+        shapes = model.config.cache_shapes
+        caches = model.new_caches(2, 10)
+        assert len(caches) == shapes.n_layers == model.config.n_layers
+        stored = [tensor for tensor in vars(caches[0]).values() if isinstance(tensor, torch.Tensor)]
+        assert [(t.shape[1], t.shape[3]) for t in stored] == [shapes.keys, shapes.values]
+        assert all(t.shape[0] == 2 and t.shape[2] == 10 for t in stored)
+        if model is not gpt:
+            paged = new_paged_caches(model.config, 7, 4, torch.float32, torch.device("cpu"))
+            assert [tuple(p.shape) for p in (paged[0].k_pool, paged[0].v_pool)] == [(7, 4, *shapes.keys),
+                                                                                    (7, 4, *shapes.values)]
+            assert type(paged[0]).__name__ == ("PagedLatentCache" if shapes.latent else "PagedCache")
+        with pytest.raises(ValueError, match=f"does not fit max_seq_len = {model.config.max_seq_len}"):
+            model.new_caches(1, model.config.max_seq_len + 1)
+    assert tiny_mla().config.cache_shapes.keys == (1, 16) and tiny_llama().config.cache_shapes.keys == (2, 8)

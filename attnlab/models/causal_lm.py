@@ -8,7 +8,7 @@ from torch import nn
 
 from attnlab.layers.attention import scaled_dot_product_attention
 from attnlab.layers.feedforward import FeedForward
-from attnlab.layers.kv_cache import Cache, KVCache
+from attnlab.layers.kv_cache import Cache, CacheShapes, KVCache
 from attnlab.layers.masks import decoder_self_attention_mask
 from attnlab.layers.multihead import MultiHeadAttention, merge_heads, split_heads
 from attnlab.layers.norm import LayerNorm
@@ -29,6 +29,12 @@ class CausalLMConfig:
     def __post_init__(self):
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model = {self.d_model} is not divisible by n_heads = {self.n_heads}")
+
+    @property
+    def cache_shapes(self) -> CacheShapes:
+        """Every head's keys and values, (n_heads, d_model / n_heads) each, in every layer."""
+        head = (self.n_heads, self.d_model // self.n_heads)
+        return CacheShapes(self.n_layers, head, head, self.max_seq_len)
 
 
 class CausalSelfAttention(MultiHeadAttention):
@@ -93,12 +99,11 @@ class CausalLM(nn.Module):
 
     def new_caches(self, batch_size: int, max_len: int | None = None) -> list[Cache]:
         """One empty cache per layer (a cache_class), for up to max_len positions (default: max_seq_len)."""
-        max_len = self.config.max_seq_len if max_len is None else max_len
-        if not 1 <= max_len <= self.config.max_seq_len:
-            raise ValueError(f"a cache of {max_len} positions does not fit max_seq_len = {self.config.max_seq_len}")
-        c = self.config
-        return [self.cache_class(batch_size, c.n_heads, max_len, c.d_model // c.n_heads, self.token.weight.dtype,
-                                 self.token.weight.device) for _ in range(c.n_layers)]
+        shapes = self.config.cache_shapes
+        max_len = shapes.positions(max_len)
+        (n_heads, d_head), weight = shapes.keys, self.token.weight
+        return [self.cache_class(batch_size, n_heads, max_len, d_head, weight.dtype, weight.device)
+                for _ in range(shapes.n_layers)]
 
     def forward(self, token_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 caches: list[Cache] | None = None) -> torch.Tensor:

@@ -9,6 +9,7 @@ from torch import nn
 from attnlab.layers.feedforward import SwiGLU
 from attnlab.layers.grouped_attention import GroupedQueryAttention
 from attnlab.layers.kv_cache import Cache
+from attnlab.layers.kv_cache import CacheShapes
 from attnlab.layers.kv_cache import KVCache
 from attnlab.layers.masks import decoder_self_attention_mask
 from attnlab.layers.norm import RMSNorm
@@ -40,6 +41,13 @@ class LlamaConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def cache_shapes(self) -> CacheShapes:
+        """n_kv_heads heads of keys and of values, (n_kv_heads, d_head) each, in every layer: the KV memory that
+        grouped queries save."""
+        head = (self.n_kv_heads, self.d_head)
+        return CacheShapes(self.n_layers, head, head, self.max_seq_len)
 
     def attention(self) -> nn.Module:
         """The attention of a LlamaBlock under this config: grouped-query attention with RoPE (chapter 8's
@@ -84,12 +92,11 @@ class Llama(nn.Module):
     def new_caches(self, batch_size: int, max_len: int | None = None) -> list[Cache]:
         """One empty KVCache per layer, of n_kv_heads heads, for up to max_len positions (default max_seq_len),
         in the dtype and on the device of the model's weights; ValueError unless 1 <= max_len <= max_seq_len."""
-        c = self.config
-        max_len = c.max_seq_len if max_len is None else max_len
-        if not 1 <= max_len <= c.max_seq_len:
-            raise ValueError(f"a cache of {max_len} positions does not fit max_seq_len = {c.max_seq_len}")
-        dtype, device = self.token.weight.dtype, self.token.weight.device
-        return [KVCache(batch_size, c.n_kv_heads, max_len, c.d_head, dtype, device) for _ in range(c.n_layers)]
+        shapes = self.config.cache_shapes
+        max_len = shapes.positions(max_len)
+        (n_kv_heads, d_head), weight = shapes.keys, self.token.weight
+        return [KVCache(batch_size, n_kv_heads, max_len, d_head, weight.dtype, weight.device)
+                for _ in range(shapes.n_layers)]
 
     def forward(self, token_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 caches: list[Cache] | None = None, positions: torch.Tensor | None = None,

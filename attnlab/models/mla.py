@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from attnlab.layers.kv_cache import Cache
+from attnlab.layers.kv_cache import CacheShapes
 from attnlab.layers.kv_cache import LatentCache
 from attnlab.layers.latent_attention import MultiHeadLatentAttention
 from attnlab.models.llama import Llama
@@ -50,6 +51,13 @@ class MLAConfig:
     def attention(self) -> nn.Module:
         """The attention of chapter 7's LlamaBlock under this config: multi-head latent attention."""
         return MultiHeadLatentAttention(self)
+
+    @property
+    def cache_shapes(self) -> CacheShapes:
+        """The latent c_kv, (1, kv_lora_rank), in the keys' place and the rotary key, (n_rope_heads,
+        qk_rope_head_dim), in the values', in every layer: all that MLA caches."""
+        return CacheShapes(self.n_layers, (1, self.kv_lora_rank), (self.n_rope_heads, self.qk_rope_head_dim),
+                           self.max_seq_len, latent=True)
 
     @property
     def qk_head_dim(self) -> int:
@@ -104,10 +112,8 @@ class MLAModel(Llama):
     def new_caches(self, batch_size: int, max_len: int | None = None) -> list[Cache]:
         """One empty LatentCache per layer, for up to max_len positions (default max_seq_len), in the weights' dtype
         and on their device; ValueError unless 1 <= max_len <= max_seq_len."""
-        c = self.config
-        max_len = c.max_seq_len if max_len is None else max_len
-        if not 1 <= max_len <= c.max_seq_len:
-            raise ValueError(f"a cache of {max_len} positions does not fit max_seq_len = {c.max_seq_len}")
-        dtype, device = self.token.weight.dtype, self.token.weight.device
-        return [LatentCache(batch_size, max_len, c.kv_lora_rank, c.qk_rope_head_dim, c.n_rope_heads, dtype, device)
-                for _ in range(c.n_layers)]
+        shapes = self.config.cache_shapes
+        max_len = shapes.positions(max_len)
+        (_, kv_lora_rank), (n_rope_heads, qk_rope_head_dim), weight = shapes.keys, shapes.values, self.token.weight
+        return [LatentCache(batch_size, max_len, kv_lora_rank, qk_rope_head_dim, n_rope_heads, weight.dtype,
+                            weight.device) for _ in range(shapes.n_layers)]

@@ -21,17 +21,14 @@ from attnlab.serving.sequence import SamplingParams, Sequence
 # cell 'engine'
 def new_paged_caches(config, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
                      decode_kernel: Callable | None = None, validate: bool = False) -> list[PagedCache]:
-    """One paged cache per layer, of num_blocks blocks: K and V pools of n_kv_heads heads for a Llama-style model
-    (chapter 7); the latent c_kv and the rotary key for MLA (chapter 8)."""
-    if hasattr(config, "kv_lora_rank"):
-        shapes, cache_class = ((1, config.kv_lora_rank), (config.n_rope_heads, config.qk_rope_head_dim)), PagedLatentCache
-    else:
-        shapes, cache_class = ((config.n_kv_heads, config.d_head),) * 2, PagedCache
-    (k_heads, k_dim), (v_heads, v_dim) = shapes
+    """One paged cache per layer, of num_blocks blocks, shaped as the config's cache_shapes say: K and V pools of
+    n_kv_heads heads for a Llama-style model (chapter 7); the latent c_kv and the rotary key for MLA (chapter 8)."""
+    shapes = config.cache_shapes
+    cache_class = PagedLatentCache if shapes.latent else PagedCache
     pool = dict(dtype=dtype, device=device)
-    return [cache_class(torch.zeros(num_blocks, block_size, k_heads, k_dim, **pool),
-                        torch.zeros(num_blocks, block_size, v_heads, v_dim, **pool), decode_kernel, validate)
-            for _ in range(config.n_layers)]
+    return [cache_class(torch.zeros(num_blocks, block_size, *shapes.keys, **pool),
+                        torch.zeros(num_blocks, block_size, *shapes.values, **pool), decode_kernel, validate)
+            for _ in range(shapes.n_layers)]
 
 
 def choose_decode_kernel(choice: str | Callable, config, block_size: int, device: torch.device,
@@ -45,13 +42,13 @@ def choose_decode_kernel(choice: str | Callable, config, block_size: int, device
         return choice
     if choice not in ("auto", "triton", "torch"):
         raise ValueError(f"attention must be 'auto', 'triton', 'torch' or a decode kernel, got {choice!r}")
-    latent = hasattr(config, "kv_lora_rank")
-    dims = (block_size, config.kv_lora_rank, config.qk_rope_head_dim) if latent else (block_size, config.d_head)
+    shapes = config.cache_shapes
+    (_, k_dim), (v_heads, v_dim) = shapes.keys, shapes.values
+    dims = (block_size, k_dim, v_dim) if shapes.latent else (block_size, k_dim)
     # The shapes chapter 10's kernels are compiled and tested for: powers of two, blocks of 16 to 128 tokens, head
     # dims up to 256 (a latent up to 512), so that their tiles fit a Hopper multiprocessor's shared memory.
     fits = (all(d >= 16 and not d & (d - 1) for d in dims) and block_size <= 128
-            and (config.kv_lora_rank <= 512 and config.qk_rope_head_dim <= config.kv_lora_rank
-                 and config.n_rope_heads == 1 if latent else config.d_head <= 256))
+            and (k_dim <= 512 and v_dim <= k_dim and v_heads == 1 if shapes.latent else k_dim <= 256))
     if choice == "auto":
         choice = "triton" if device.type == "cuda" and fits else "torch"
     if choice == "torch":
@@ -59,7 +56,7 @@ def choose_decode_kernel(choice: str | Callable, config, block_size: int, device
     if not fits:
         raise ValueError(f"the Triton kernels need powers of two: block_size 16 to 128, a head dim 16 to 256 (for MLA, "
                          f"a latent of 16 to 512 and one rotary key head); got {dims}: use attention='torch'")
-    if latent:
+    if shapes.latent:
         from attnlab.kernels.paged_mla import paged_mla_decode
         return partial(paged_mla_decode, check_lengths=validate)
     from attnlab.kernels.split_kv import paged_decode_split
