@@ -92,7 +92,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.paged_kv
         write_paged, gather_paged, paged_attention [9]
     attnlab.serving.prefix_cache
-        block_hash, cache_full_blocks, match_prefix [9]
+        block_hash, PrefixCache [9]
     attnlab.serving.sampler
         sample_on_device [9]
     attnlab.serving.scheduler

@@ -56,13 +56,13 @@ def check_invariants(manager: BlockManager, live: list[Sequence], shadow: Shadow
     assert allocator.ref_counts == holders, "a reference count differs from the number of tables holding the block"
     assert set(allocator.free_ids) == {b for b, n in enumerate(holders) if n == 0}, "free blocks are not the unheld ones"
     assert allocator.num_free + sum(n > 0 for n in holders) == allocator.num_blocks
-    for block_hash, block in allocator.cached.items():
-        assert allocator.block_hashes[block] == block_hash, "the prefix cache's two maps disagree"
+    for block_hash, block in manager.prefix_cache.cached.items():
+        assert manager.prefix_cache.block_hashes[block] == block_hash, "the prefix cache's two maps disagree"
 
 
 def _snapshot(manager: BlockManager, seqs: list[Sequence]):
     a = manager.allocator
-    return (list(a.ref_counts), list(a.free_ids), dict(a.cached), list(manager.copies),
+    return (list(a.ref_counts), list(a.free_ids), dict(manager.prefix_cache.cached), list(manager.copies),
             [(list(s.block_table), s.num_computed) for s in seqs])
 
 

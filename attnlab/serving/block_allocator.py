@@ -2,6 +2,7 @@
 # Edit the source notebook's `#| export` cells, then run `make sync`.
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 
 # cell 'out_of_blocks'
@@ -17,15 +18,13 @@ class BlockAllocator:
     block is taken from the front: a block freed with reusable contents (the prefix cache, exercise 6) stays
     findable for as long as possible, and the least recently used one is evicted first."""
 
-    def __init__(self, num_blocks: int):
+    def __init__(self, num_blocks: int, on_evict: Callable[[int], None] | None = None):
         if num_blocks < 1:
             raise ValueError(f"num_blocks must be >= 1, got {num_blocks}")
         self.num_blocks = num_blocks
         self.ref_counts = [0] * num_blocks
         self.free_ids: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))   # oldest-freed first
-        self.cached: dict[int, int] = {}                 # prefix cache: block hash -> block id
-        self.block_hashes: dict[int, int] = {}           # block id -> its hash, for full registered blocks
-        self.block_tokens: dict[int, tuple[int, ...]] = {}   # block id -> its tokens, to confirm a hash hit
+        self.on_evict = on_evict        # called with a block about to be reused: the prefix cache's evict (exercise 6)
 
     @property
     def num_free(self) -> int:
@@ -68,8 +67,7 @@ class BlockAllocator:
             self.share(block_id)
 
     def evict(self, block_id: int) -> None:
-        """Forget block_id's cached contents (it is being reused for other tokens)."""
-        block_hash = self.block_hashes.pop(block_id, None)
-        self.block_tokens.pop(block_id, None)
-        if block_hash is not None and self.cached.get(block_hash) == block_id:
-            del self.cached[block_hash]
+        """block_id is about to hold other tokens: whoever remembers its contents must forget them. The allocator
+        keeps no contents itself; the block manager gives it the prefix cache's evict as on_evict."""
+        if self.on_evict is not None:
+            self.on_evict(block_id)

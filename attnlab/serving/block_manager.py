@@ -5,7 +5,7 @@
 from attnlab.serving.block_allocator import BlockAllocator, OutOfBlocks
 from attnlab.serving.block_table import append_slot
 from attnlab.serving.copy_on_write import copy_on_write, fork
-from attnlab.serving.prefix_cache import cache_full_blocks, match_prefix
+from attnlab.serving.prefix_cache import PrefixCache
 from attnlab.serving.sequence import Sequence
 
 
@@ -17,7 +17,8 @@ class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = True):
         if block_size < 1 or block_size & (block_size - 1):
             raise ValueError(f"block_size must be a power of two (as GPU kernels tile by it), got {block_size}")
-        self.allocator = BlockAllocator(num_blocks)
+        self.prefix_cache = PrefixCache()
+        self.allocator = BlockAllocator(num_blocks, on_evict=self.prefix_cache.evict)
         self.block_size = block_size
         self.prefix_caching = prefix_caching
         self.copies: list[tuple[int, int]] = []   # copy-on-write (source, destination) blocks, not yet copied
@@ -31,7 +32,7 @@ class BlockManager:
         if seq.block_table:
             raise ValueError(f"sequence {seq.seq_id} already holds blocks")
         if self.prefix_caching:
-            seq.block_table = match_prefix(seq.token_ids, self.block_size, self.allocator)
+            seq.block_table = self.prefix_cache.match_prefix(seq.token_ids, self.block_size, self.allocator)
         seq.num_computed = len(seq.block_table) * self.block_size
 
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
@@ -64,7 +65,7 @@ class BlockManager:
         for position in range(self.blocks_for(seq.num_computed) * self.block_size, end, self.block_size):
             append_slot(seq.block_table, position, self.block_size, self.allocator)   # opens the block at position
         if self.prefix_caching:
-            cache_full_blocks(seq.token_ids[:end], seq.block_table, self.block_size, self.allocator)
+            self.prefix_cache.cache_full_blocks(seq.token_ids[:end], seq.block_table, self.block_size)
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """child continues parent's tokens on parent's blocks, sharing them until one of the two writes."""

@@ -15,34 +15,49 @@ def block_hash(parent_hash: int | None, token_ids: tuple[int, ...]) -> int:
 
 
 # cell 'prefix_cache'
-def cache_full_blocks(token_ids: list[int], block_table: list[int], block_size: int,
-                      allocator: BlockAllocator) -> None:
-    """Enter each block of block_table that token_ids (the tokens with keys and values in the pool) fill
-    completely, and that is not entered yet, into the allocator's prefix cache: cached[hash] = block id, with
-    block_hashes and block_tokens beside it."""
-    parent = None
-    for i in range(len(token_ids) // block_size):
-        block_id = block_table[i]
-        if block_id in allocator.block_hashes:
-            parent = allocator.block_hashes[block_id]
-            continue
-        tokens = tuple(token_ids[i * block_size:(i + 1) * block_size])
-        parent = block_hash(parent, tokens)
-        allocator.cached[parent] = block_id
-        allocator.block_hashes[block_id] = parent
-        allocator.block_tokens[block_id] = tokens
+class PrefixCache:
+    """The full blocks whose keys and values a later prompt may reuse, and the three dictionaries that find them.
+    Only this class writes them: the block manager enters blocks, looks prompts up, and, through the allocator's
+    on_evict, forgets a block when it is reused for other tokens."""
 
+    def __init__(self):
+        self.cached: dict[int, int] = {}                     # block hash -> block id
+        self.block_hashes: dict[int, int] = {}               # block id -> its hash, for full entered blocks
+        self.block_tokens: dict[int, tuple[int, ...]] = {}   # block id -> its tokens, to confirm a hash hit
 
-def match_prefix(token_ids: list[int], block_size: int, allocator: BlockAllocator) -> list[int]:
-    """The cached blocks holding the longest run of token_ids' full blocks from the start, each revived for
-    the caller (allocator.revive). The block with the last token is never matched: its logits are needed."""
-    table, parent = [], None
-    for i in range((len(token_ids) - 1) // block_size):
-        tokens = tuple(token_ids[i * block_size:(i + 1) * block_size])
-        parent = block_hash(parent, tokens)
-        block_id = allocator.cached.get(parent)
-        if block_id is None or allocator.block_tokens[block_id] != tokens:
-            break
-        allocator.revive(block_id)
-        table.append(block_id)
-    return table
+    def evict(self, block_id: int) -> None:
+        """Forget block_id's contents (it is being reused for other tokens)."""
+        block_hash = self.block_hashes.pop(block_id, None)
+        self.block_tokens.pop(block_id, None)
+        if block_hash is not None and self.cached.get(block_hash) == block_id:
+            del self.cached[block_hash]
+
+    def cache_full_blocks(self, token_ids: list[int], block_table: list[int], block_size: int) -> None:
+        """Enter each block of block_table that token_ids (the tokens with keys and values in the pool) fill
+        completely, and that is not entered yet: cached[hash] = block id, with block_hashes and block_tokens
+        beside it."""
+        parent = None
+        for i in range(len(token_ids) // block_size):
+            block_id = block_table[i]
+            if block_id in self.block_hashes:
+                parent = self.block_hashes[block_id]
+                continue
+            tokens = tuple(token_ids[i * block_size:(i + 1) * block_size])
+            parent = block_hash(parent, tokens)
+            self.cached[parent] = block_id
+            self.block_hashes[block_id] = parent
+            self.block_tokens[block_id] = tokens
+
+    def match_prefix(self, token_ids: list[int], block_size: int, allocator: BlockAllocator) -> list[int]:
+        """The cached blocks holding the longest run of token_ids' full blocks from the start, each revived for
+        the caller (allocator.revive). The block with the last token is never matched: its logits are needed."""
+        table, parent = [], None
+        for i in range((len(token_ids) - 1) // block_size):
+            tokens = tuple(token_ids[i * block_size:(i + 1) * block_size])
+            parent = block_hash(parent, tokens)
+            block_id = self.cached.get(parent)
+            if block_id is None or self.block_tokens[block_id] != tokens:
+                break
+            allocator.revive(block_id)
+            table.append(block_id)
+        return table

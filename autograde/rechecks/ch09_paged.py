@@ -28,9 +28,9 @@ class _Counts:
         self.ref_counts[block] += 1
     def free(self, block):
         self.ref_counts[block] -= 1
-class _Cache:
+class _Reviver:
     def __init__(self):
-        self.cached, self.block_hashes, self.block_tokens, self.revived = {}, {}, {}, []
+        self.revived = []
     def revive(self, block):
         self.revived.append(block)
 def _tensor(values):
@@ -106,13 +106,13 @@ result = [_tensor(record)]
 '''
 
 PREFIX_CODE = STAND_INS + '''
-prefix, record = _Cache(), []
+prefix, reviver, record = PrefixCache(), _Reviver(), []
 tokens = inputs["tokens"].tolist()
 for n, start in zip(inputs["lengths"].tolist(), inputs["starts"].tolist()):
     prompt = tokens[start:start + n]
-    record += [-3, *match_prefix(prompt, 4, prefix)]
-    cache_full_blocks(prompt, list(range(len(record), len(record) + len(prompt) // 4 + 1)), 4, prefix)
-    record += [-4, *sorted(prefix.block_hashes), -5, *prefix.revived]
+    record += [-3, *prefix.match_prefix(prompt, 4, reviver)]
+    prefix.cache_full_blocks(prompt, list(range(len(record), len(record) + len(prompt) // 4 + 1)), 4)
+    record += [-4, *sorted(prefix.block_hashes), -5, *reviver.revived]
 result = [_tensor(record)]
 '''
 
