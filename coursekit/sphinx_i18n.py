@@ -3,8 +3,9 @@
 Listed in `_config.yml`'s `sphinx.config.extensions` (Jupyter Book drops `local_extensions` when `extensions`
 is set). It does what a translated Jupyter Book does not do by itself:
 
-- Display equations are marked untranslatable. Sphinx would otherwise extract them as messages and, for a
-  translated one, re-parse the text behind a reST `::` that MyST does not know: the page shows "::".
+- Display equations never go through Sphinx's translation, which re-parses a translated one behind a reST `::`
+  that MyST does not know (the page shows "::"). One whose `\\text{}` holds prose is a message all the same, and
+  its translation is put in place unparsed (FormulaMessages).
 - Each page gets `other_language_url` and `other_language_label` for `i18n/templates/lang-switcher.html`: the same
   page in the other language (the English site is at the root, the Chinese one under zh/; the exercise pages
   live in exercises/ and exercises-zh/).
@@ -25,24 +26,66 @@ from docutils import nodes
 from sphinx import addnodes
 from sphinx.application import Sphinx
 from sphinx.transforms import SphinxTransform
+from sphinx.util import logging as sphinx_logging
 
 # The folder of the Chinese site inside the English one, and the exercise folders of the two languages.
 ZH_PREFIX = "zh/"
 EXERCISES = {"en": "exercises/", "zh": "exercises-zh/"}
+logger = sphinx_logging.getLogger(__name__)
 
 
 def is_chinese(language: str | None) -> bool:
     return bool(language) and language.lower().startswith("zh")
 
 
-class UntranslatableMath(SphinxTransform):
-    """Keeps display math out of the catalogs: an equation is the same in every language."""
+class FormulaMessages(SphinxTransform):
+    """Display math stays out of Sphinx's translation, which would re-parse a translated equation behind a reST
+    `::` that MyST does not know (the page shows "::"). An equation is the same in every language, except for the
+    prose of its `\\text{}` (coursekit/i18n/formulas.py): a formula holding prose is a message of its page's
+    catalog, written between `$$` lines, and in a translated build its translation replaces the formula's text
+    here, unparsed. Every other formula is no message at all."""
 
     default_priority = 10  # before sphinx.transforms.i18n.Locale (20), which reads the catalogs
 
     def apply(self, **kwargs: Any) -> None:
+        from coursekit.i18n.formulas import formula_message, holds_prose
+
+        extracting = self.app.builder.name == "gettext"
+        translated = self.config.language not in (None, "en")   # the English source needs no catalog
         for node in self.document.findall(nodes.math_block):
+            tex = node.astext()
+            if holds_prose(tex) and extracting:
+                node.rawsource = formula_message(tex)   # the message's text, as the gettext builder reads it
+                continue
+            if holds_prose(tex) and translated:
+                self._translate(node, tex)
             node["translatable"] = False
+
+    def _translate(self, node: nodes.math_block, tex: str) -> None:
+        from coursekit.i18n.formulas import formula_message, formula_of_message
+
+        message = formula_message(tex)
+        translated = self._catalog().gettext(message)
+        if translated == message:
+            return   # untranslated or fuzzy: the English formula, as Sphinx shows any untranslated message
+        formula = formula_of_message(translated)
+        if formula is None:
+            logger.warning("the translation of a formula is not written between $$ lines: %r", translated[:80],
+                           location=node)
+            return
+        node[:] = [nodes.Text(formula)]
+        node.rawsource = formula
+
+    def _catalog(self) -> Any:
+        """The page's catalog, found as sphinx.transforms.i18n.Locale finds it."""
+        from os import path
+
+        from sphinx.locale import init as init_locale
+        from sphinx.util.i18n import docname_to_domain
+
+        dirs = [path.join(self.env.srcdir, folder) for folder in self.config.locale_dirs]
+        domain = docname_to_domain(self.env.docname, self.config.gettext_compact)
+        return init_locale(dirs, self.config.language, domain)[0]
 
 
 class ChineseExerciseLinks(SphinxTransform):
@@ -140,7 +183,7 @@ def add_templates(app: Sphinx, config: Any) -> None:
 
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("config-inited", add_templates)
-    app.add_transform(UntranslatableMath)
+    app.add_transform(FormulaMessages)
     app.add_transform(ChineseExerciseLinks)
     app.connect("html-page-context", add_switcher_context)
     app.connect("builder-inited", chinese_search)

@@ -4,6 +4,7 @@ prose), the glossary, and the learner's choice of language (make lab LANG=zh, ma
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +72,16 @@ def test_every_catalog_is_translated_and_faithful():
     # the recurring headings: one wording
     ("What you build in the exercises", "你将在练习中实现的内容", "a recurring heading"),
     ("Attention, from QKV to PagedAttention", "注意力机制：从 QKV 到 PagedAttention", "a recurring heading"),
+    # prose inside a formula's \text{} is translated; the rest of the formula is not touched
+    ("$$\n\\text{bytes per token} = 2 L\n$$", "$$\n\\text{bytes per token} = 2 L\n$$", "English prose in a formula"),
+    ("$$\\text{score} = q^\\top k$$", "$$\\text{score} = q^\\top k$$", "English prose in a formula"),
+    ("$M_{ij} = 0 \\text{ otherwise.}$", "$M_{ij} = 0 \\text{ otherwise.}$", "English prose in a formula"),
+    ("$G \\ \\text{FLOP per byte}$", "$G \\ \\text{每 byte FLOP}$", "English prose in a formula"),
+    ("$\\sum_{j \\in \\text{block}} e^{s_j}$", "$\\sum_{j \\in \\text{block}} e^{s_j}$", "English prose in a formula"),
+    ("$m_t \\text{ the mask.}$", "$m_t \\text{ the 掩码。}$", "English prose in a formula"),
+    ("$\\text{shape } (t, T)$", "$\\text{shape } (t, T)$", "English prose in a formula"),
+    ("$M_{ij} = 0 \\text{ if query } i$", "$M_{ij} = 1 \\text{ 若查询 } i$", "math differ"),
+    ("$M_{ij} = 0 \\text{ if query } i$", "$M_{ij} = 0 \\text{ 若查询 } j$", "math differ"),
 ])
 def test_the_lint_catches_each_fault(english, chinese, expected):
     problems = lint.check_message(english, chinese, page=True)
@@ -93,6 +104,15 @@ def test_the_lint_catches_each_fault(english, chinese, expected):
     ("PagedAttention wastes less of it", "PagedAttention（分页注意力）则减少对它的浪费"),
     ("What you build in the exercises", "练习内容"),
     ("Attention, from QKV to PagedAttention", "注意力机制：从 QKV 到 PagedAttention（分页注意力）"),
+    # a formula may differ only inside \text{}, and keeps English there only as a name
+    ("$$\n\\text{bytes per token} = 2 L\n$$", "$$\n\\text{每词元字节数} = 2 L\n$$"),
+    ("$M_{ij} = 0 \\text{ if query } i \\text{ may attend to key } j$", "$M_{ij} = 0 \\text{ 若查询 } i \\text{ 可关注键 } j$"),
+    ("$G \\ \\text{FLOP per byte}$", "$G \\ \\text{FLOP/字节}$"),            # a unit keeps its capitals
+    ("$d_{\\text{model}} = 512$ and $\\text{softmax}(x)$", "$d_{\\text{model}} = 512$，$\\text{softmax}(x)$"),
+    ("$n_{\\text{kv\\_heads}}$ groups", "$n_{\\text{kv\\_heads}}$ 组"),       # a subscript label, an identifier
+    ("$\\text{mask}[i, j] = \\text{True}$", "$\\text{mask}[i, j] = \\text{True}$"),  # indexed as code; a constant
+    ("at $\\text{past}+i$ after `past` tokens", "`past` 个词元之后的 $\\text{past}+i$ 处"),  # written as code too
+    ("$\\text{CrossAttention}(X, C)$", "$\\text{CrossAttention}(X, C)$"),
 ])
 def test_the_lint_accepts_correct_chinese(english, chinese):
     assert lint.check_message(english, chinese, page=True) == []
@@ -280,3 +300,37 @@ def test_sync_keeps_a_learners_answers_in_exercises_zh_but_not_a_translators_edi
     added = nbformat.reads(release.decode(), as_version=4)
     added.cells.append(nbformat.v4.new_markdown_cell("我的笔记"))
     assert not same_answers_and_cells(nbformat.writes(added).encode(), release)
+
+
+def test_a_display_formula_with_prose_is_a_message_and_its_translation_is_shown_unparsed(tmp_path):
+    """A page's display formula whose \\text{} holds prose is extracted between `$$` lines, and the Chinese build
+    shows its translation as a formula (Sphinx's own translation of math would print '::'); a formula with names
+    only is no message."""
+    from babel.messages.catalog import Catalog
+
+    from coursekit.i18n.catalogs import write_po
+    from coursekit.i18n.formulas import formula_message
+
+    prose, names = "\\text{bytes per token} = 2 L", "d_{\\text{model}} = \\text{softmax}(x)"
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "conf.py").write_text(
+        "extensions = ['myst_parser', 'coursekit.sphinx_i18n']\nmyst_enable_extensions = ['dollarmath']\n"
+        "locale_dirs = ['locales/']\ngettext_compact = False\n", encoding="utf-8")
+    (source / "index.md").write_text(f"# Page\n\nText.\n\n$$\n{prose}\n$$\n\n$$\n{names}\n$$\n", encoding="utf-8")
+
+    def sphinx(builder: str, *options: str) -> Path:
+        out = tmp_path / builder
+        run = subprocess.run([sys.executable, "-m", "sphinx", "-b", builder, "-W", "-q", *options, str(source), str(out)],
+                             capture_output=True, text=True)
+        assert run.returncode == 0, run.stdout + run.stderr
+        return out
+
+    extracted = {m.id for m in read_po(sphinx("gettext") / "index.pot") if m.id}
+    assert formula_message(prose) in extracted and not any(names in m for m in extracted), extracted
+    catalog = Catalog(locale="zh_CN")
+    catalog.add(formula_message(prose), formula_message("\\text{每词元字节数} = 2 L"))
+    write_po(source / "locales" / "zh_CN" / "LC_MESSAGES" / "index.po", catalog)
+    html = (sphinx("html", "-D", "language=zh_CN") / "index.html").read_text(encoding="utf-8")
+    assert re.search(r'<div class="math[^"]*">\s*\\\[\\text\{每词元字节数\} = 2 L\\\]</div>', html), html
+    assert "bytes per token" not in html and "::" not in html

@@ -3,7 +3,13 @@
     python -m coursekit.i18n.lint [CATALOG.po ...]   # every catalog when none is named; exit 1 on any problem
 
 - every message translated and none fuzzy (a fuzzy or empty message shows the English);
-- the same math, code spans, code blocks, link and cross-reference targets in the translation as in the English;
+- the same math, code spans, code blocks, link and cross-reference targets in the translation as in the English,
+  except the arguments of `\\text{}` in math, which are prose: a formula may differ from the English one only there
+  (with every `\\text{}` argument emptied, the two are identical);
+- no English prose inside a formula's `\\text{}`: English there only as a name, by the rule of
+  coursekit/i18n/formulas.py (an identifier with `\\_`, a word with a capital letter, a word the message writes as
+  code, one word that is a whole subscript or that the formula calls or indexes: `d_{\\text{model}}`,
+  `\\text{softmax}(x)`); `\\text{bytes per token}` or `\\text{score} =` must be Chinese;
 - a translated page message never starts with "1. " (MyST reads a list, and Sphinx silently keeps the English);
 - emphasis marks that CommonMark's flanking rules would print as asterisks (`**数值稳定性。**按`);
 - no line break between two Chinese characters inside a paragraph (the browser shows it as a space);
@@ -23,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from coursekit.i18n.catalogs import FIGURES, NOTEBOOKS, PAGES, all_catalogs, read_po
+from coursekit.i18n.formulas import blank_text, code_words, english_prose
 from coursekit.i18n.glossary import entries, headings
 from coursekit.layout import REPO_ROOT as ROOT
 
@@ -73,11 +80,19 @@ def _spans(text: str) -> dict[str, Counter]:
     return {
         "code blocks": Counter(m.group(0) for m in FENCE.finditer(text)),
         "code spans": Counter(m.group(0) for m in CODE.finditer(without_roles)),
-        "math": Counter(re.sub(r"\s+", " ", m.group(0)) for m in MATH.finditer(without_code)),
+        # a formula's \text{} arguments are prose, translated like the rest (checked by _formula_prose)
+        "math": Counter(re.sub(r"\s+", " ", blank_text(m.group(0))) for m in MATH.finditer(without_code)),
         "link targets": Counter(LINK.findall(without_code)) + Counter(AUTOLINK.findall(without_code))
         + Counter(m.group(2) or m.group(3) for m in ROLE.finditer(without_fences)),
         "roles": Counter(m.group(1) for m in ROLE.finditer(without_fences)),
     }
+
+
+def _formula_prose(english: str, chinese: str) -> list[str]:
+    """The `\\text{}` arguments of the translation's formulas that are still English prose."""
+    names = code_words(english)   # the translation has the same code spans (checked above)
+    without_code = CODE.sub(" ", ROLE.sub(" ", FENCE.sub(" ", chinese)))
+    return [argument for m in MATH.finditer(without_code) for argument in english_prose(m.group(0), names)]
 
 
 def _printed_asterisks(text: str) -> list[str]:
@@ -146,6 +161,9 @@ def check_message(english: str, chinese: str, page: bool, pairs=None, figure: bo
         if a[kind] != b[kind]:
             missing, extra = a[kind] - b[kind], b[kind] - a[kind]
             problems.append(f"{kind} differ: missing {sorted(missing)}, added {sorted(extra)}")
+    for argument in _formula_prose(english, chinese):
+        problems.append(f"English prose in a formula: \\text{{{argument}}} (translate it; only names stay English "
+                        "in \\text{}: see coursekit/i18n/formulas.py)")
     if page and re.match(r"\d+\.\s", chinese):
         problems.append("starts with '1. ': write '1\\. ' (a list would replace the heading, and Sphinx keeps the English)")
     printed = _printed_asterisks(chinese)
