@@ -82,6 +82,11 @@ def test_every_catalog_is_translated_and_faithful():
     ("$\\text{shape } (t, T)$", "$\\text{shape } (t, T)$", "English prose in a formula"),
     ("$M_{ij} = 0 \\text{ if query } i$", "$M_{ij} = 1 \\text{ 若查询 } i$", "math differ"),
     ("$M_{ij} = 0 \\text{ if query } i$", "$M_{ij} = 0 \\text{ 若查询 } j$", "math differ"),
+    # ranges of numbers: the wave dash, and a percentage's sign at both ends
+    ("only 20.4-38.2% of it", "只有 20.4-38.2% 的", "'20.4%～38.2%'"),
+    ("only 20.4-38.2% of it", "只有 20.4～38.2% 的", "'20.4%～38.2%'"),
+    ("chapters 1-7", "第 1-7 章", "'1～7'"),
+    ("chapters 1–7", "第 1–7 章", "'1～7'"),
 ])
 def test_the_lint_catches_each_fault(english, chinese, expected):
     problems = lint.check_message(english, chinese, page=True)
@@ -113,6 +118,9 @@ def test_the_lint_catches_each_fault(english, chinese, expected):
     ("$\\text{mask}[i, j] = \\text{True}$", "$\\text{mask}[i, j] = \\text{True}$"),  # indexed as code; a constant
     ("at $\\text{past}+i$ after `past` tokens", "`past` 个词元之后的 $\\text{past}+i$ 处"),  # written as code too
     ("$\\text{CrossAttention}(X, C)$", "$\\text{CrossAttention}(X, C)$"),
+    ("only 20.4-38.2% of it", "只有 20.4%～38.2% 的"),
+    ("chapters 1-7, positions `0-12`", "第 1～7 章，位置 `0-12`"),       # code is not prose
+    ("Llama-3-8B at $t - 1$ on 2026-12-05, GPT-2", "2026-12-05 在 $t - 1$ 处的 Llama-3-8B，GPT-2"),
 ])
 def test_the_lint_accepts_correct_chinese(english, chinese):
     assert lint.check_message(english, chinese, page=True) == []
@@ -141,6 +149,31 @@ def test_the_lint_wants_a_terms_full_form_at_its_first_mention_on_a_page(tmp_pat
     assert any("only at the first mention" in p for p in late), late
     assert problems(("PagedAttention on a GPU", "GPU 上的 PagedAttention（分页注意力）")) == []
     assert problems(("PagedAttention on a GPU", "GPU 上的 PagedAttention"))
+
+
+def test_the_intros_table_names_each_chapter_as_its_title_does():
+    """The Chinese intro's chapter table and the sidebar (the chapters' titles) give the same words: no English
+    gloss in one that the other lacks. Only a glossary term's full form at the page's first mention may differ
+    (KV 缓存（键值缓存，KV Cache）; a title keeps the short form)."""
+    import re as regex
+
+    from coursekit.i18n.glossary import entries
+    full_forms = {e.full: e.main[0] for e in entries() if "first mention" in e.note}
+
+    def short(text: str) -> str:
+        for full, main in full_forms.items():
+            text = text.replace(full, main)
+        return regex.sub(r"\s+", "", text)   # 'PagedAttention（分页注意力）与' is 'PagedAttention 与' when short
+
+    rows = {}
+    for message in read_po(PAGES / "book" / "intro.po"):
+        row = regex.fullmatch(r"\[(.+)\]\((ch\d\d_\w+)\.md\)", message.string or "")
+        if row:
+            rows[row.group(2)] = short(row.group(1))
+    assert len(rows) == len(ASSIGNMENTS), rows
+    for page, row in rows.items():
+        title = next(m.string for m in read_po(PAGES / "book" / f"{page}.po") if m.id)
+        assert row == short(regex.sub(r"^\d+\\\. ", "", title)), (page, row, title)
 
 
 def test_the_glossary_reads_its_terms_and_its_recurring_headings():

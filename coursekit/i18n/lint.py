@@ -16,6 +16,8 @@
 - the glossary's terms: the Chinese of an English term that the message uses, and none of the rejected variants
   (the calques below, and what a row's note rules out: "not 簿记", "never 算力受限"; "not 分片 (a shard)" where the
   English says the row's term);
+- a range of numbers written with the wave dash, not a hyphen (which reads as a minus sign), and a range of
+  percentages with the sign at both ends: 20.4%～38.2%, 第 1～7 章 (not 20.4-38.2%, 第 1-7 章);
 - a recurring heading in the glossary's one wording ("What you build in the exercises" is 练习内容);
 - on a page, a term whose note asks for it (KV 缓存（键值缓存，KV Cache）, PagedAttention（分页注意力）) in full at
   its first mention, and only there.
@@ -55,6 +57,26 @@ REJECTED = {
 REJECTED_PATTERNS = {
     r"(?<!PagedAttention（)分页注意力": "PagedAttention stays in English; 分页注意力 only as PagedAttention（分页注意力）",
 }
+# A range of numbers in Chinese prose: the wave dash, and a percentage's sign at both ends (20.4%～38.2%).
+NUMBER = r"\d+(?:\.\d+)?"
+HYPHEN_RANGE = re.compile(rf"(?<![\w.\-]){NUMBER}%?\s*[-–—]\s*{NUMBER}(?![\w.\-])%?")
+PERCENT_RANGE = re.compile(rf"(?<![\w.\-]){NUMBER}\s*～\s*{NUMBER}%")   # 20.4～38.2%: the first end lacks its %
+
+
+def _ranges(prose: str) -> list[str]:
+    """Ranges of numbers that Chinese typography writes otherwise (20.4-38.2% is 20.4%～38.2%)."""
+    problems = []
+    for m in HYPHEN_RANGE.finditer(prose):
+        low, high = re.split(r"\s*[-–—]\s*", m.group(0).rstrip("%"), maxsplit=1)
+        percent = "%" if m.group(0).endswith("%") else ""
+        problems.append(f"a range written with a hyphen: '{m.group(0)}' is '{low.rstrip('%')}{percent}～{high}{percent}'"
+                        " (a hyphen between numbers reads as a minus sign)")
+    for m in PERCENT_RANGE.finditer(prose):
+        low, high = re.split(r"\s*～\s*", m.group(0), maxsplit=1)
+        problems.append(f"a range of percentages: '{m.group(0)}' is '{low}%～{high}' (the sign at both ends)")
+    return problems
+
+
 # English glossary words too common in other senses to require their term ("the value of", "a block of code"):
 # the translator decides there; the rejected variants above still apply.
 LOOSE = {"value", "key", "query", "block", "head", "attention head", "scores", "logical", "slot", "sampling",
@@ -184,6 +206,7 @@ def check_message(english: str, chinese: str, page: bool, pairs=None, figure: bo
     for variant, reason, beside in _rejected():
         if variant in chinese_prose and (not beside or any(_mentions(term, plain) for term in beside)):
             problems.append(f"'{variant}': {reason}")
+    problems += _ranges(chinese_prose)
     wording = _headings().get(english.strip())
     if wording is not None and chinese.strip() != wording:
         problems.append(f"a recurring heading: '{english.strip()}' is '{wording}' on every page (the glossary)")
