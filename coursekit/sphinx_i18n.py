@@ -10,7 +10,8 @@ is set). It does what a translated Jupyter Book does not do by itself:
   page in the other language (the English site is at the root, the Chinese one under zh/; the exercise pages
   live in exercises/ and exercises-zh/).
 - In the Chinese build, the search index is cut into words by jieba with the glossary's terms as a user
-  dictionary, so that 键值缓存 is one term and a query for it finds the page.
+  dictionary, so that 键值缓存 is one term and a query for it finds the page; a text that says KV 缓存 is filed
+  under 键值缓存 too (and PagedAttention under 分页注意力), so that a chapter titled with the short form ranks first.
 - In the Chinese build, the themes' labels that stay English in any language (tooltips and screen-reader names,
   some written in their templates without gettext) are replaced in the pages by those of
   locales/zh_CN/theme.po.
@@ -145,6 +146,25 @@ def chinese_search(app: Sphinx) -> None:
     dictionary = work / "jieba_glossary.txt"
     dictionary.write_text(jieba_dictionary(), encoding="utf-8")
     app.config.html_search_options = {**(app.config.html_search_options or {}), "dict": str(dictionary)}
+    app.add_search_language(glossary_search_language())
+
+
+def glossary_search_language() -> type:
+    """Sphinx's Chinese search language, filing a text that writes a glossary term's short form under the word
+    its first mention glosses too (KV 缓存 under 键值缓存, PagedAttention under 分页注意力): a page gives the gloss
+    only once, so without this a search for 键值缓存 ranks a chapter whose title says KV 缓存 like any page that
+    mentions the cache once."""
+    from sphinx.search.zh import SearchChinese
+
+    from coursekit.i18n.glossary import search_synonyms
+
+    synonyms = tuple(search_synonyms())
+
+    class GlossarySearchChinese(SearchChinese):
+        def split(self, input: str) -> list[str]:
+            return super().split(input) + [word for form, word in synonyms if form in input]
+
+    return GlossarySearchChinese
 
 
 THEME_CATALOG = Path("locales") / "zh_CN" / "theme.po"

@@ -327,6 +327,62 @@ def test_chinese_search_finds_the_pages(site, query, pages):
         assert all(h.startswith("/zh/") for h in hits), f"an English page among the Chinese results: {hits}"
 
 
+# The chapter that teaches each term, which a search for it on the Chinese site must list among its first three.
+TAUGHT_IN = {"分页注意力": "book/ch09_paged", "连续批处理": "book/ch09_paged", "分块预填充": "book/ch09_paged",
+             "访存受限": "book/ch10_paged_kernels", "多头潜在注意力": "book/ch08_mla", "键值缓存": "book/ch05_decoding"}
+TEX = re.compile(r"\\[A-Za-z]+|\\[()\[\]]")   # \top, \text, \( ... \): TeX source shown as text
+# Each result of the search page, once all are listed with their snippets (fetched one page at a time).
+SEARCH_RESULTS = """() => {
+  const items = [...document.querySelectorAll('#search-results ul.search li')];
+  if (!document.querySelector('#search-results p.search-summary')?.innerText
+      || !items.every(li => li.querySelector('p.context'))) return null;
+  return items.map(li => [new URL(li.querySelector('a').href).pathname, li.querySelector('p.context').textContent]);
+}"""
+
+
+def _search(b, base: str, folder: str, query: str) -> list[tuple[str, str]]:
+    """(page, snippet) of each result of a search of the site in `folder`, in the order shown."""
+    b.page.goto(f"{base}/{folder}search.html?q={query}", wait_until="load")
+    return b.page.wait_for_function(SEARCH_RESULTS, timeout=60000).json_value()
+
+
+def test_a_search_finds_the_chapter_that_teaches_a_term_and_shows_plain_snippets(site, repo):
+    """On the Chinese site a search for each of the course's key terms lists the chapter that teaches it among its
+    first three results (jieba with the glossary, coursekit/sphinx_i18n.py). No snippet, in either language, shows
+    the language switcher's label or TeX source (_static/course-search.js): they are made from the page's HTML
+    before MathJax typesets it."""
+    shots = repo / SCREENSHOTS
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = []
+    with serve(site) as base, browser() as b:
+        for query, chapter in TAUGHT_IN.items():
+            results = _search(b, base, "zh/", query)
+            first = [page for page, _ in results[:3]]
+            if f"/zh/{chapter}.html" not in first:
+                problems.append(f"{query}: {chapter} is not among the first three results {first}")
+            for page, snippet in results:
+                if "English" in snippet or TEX.search(snippet):
+                    problems.append(f"{query}: the snippet of {page} shows the switcher or TeX: {snippet[:160]!r}")
+            if query == "键值缓存":
+                b.page.screenshot(path=str(shots / "zh-search.png"), full_page=False)
+        for query in ("softmax", "KV cache", "causal mask"):
+            for page, snippet in _search(b, base, "", query):
+                if snippet.lstrip(".").lstrip().startswith("中文") or TEX.search(snippet):
+                    problems.append(f"{query}: the snippet of {page} shows the switcher or TeX: {snippet[:160]!r}")
+        # a formula's TeX as a snippet writes it
+        plain = b.page.evaluate("() => [String.raw`\\(QK^\\top\\)`, String.raw`\\(d_{\\text{model}}\\)`,"
+                                " String.raw`\\(\\frac{QK^\\top}{\\sqrt{d_k}}\\)`].map(window.coursePlainMath)")
+        assert plain == ["QKᵀ", "d_model", "(QKᵀ)/(√d_k)"], plain
+        # a translated formula on its Chinese page (coursekit/sphinx_i18n.py, FormulaMessages), for a look
+        b.page.goto(f"{base}/zh/book/ch01_qkv_softmax.html", wait_until="load")
+        b.wait_for_math(minimum=5)
+        formula = b.page.locator("div.math", has_text="若查询").first
+        formula.scroll_into_view_if_needed()
+        b.page.screenshot(path=str(shots / "zh-translated-formula.png"), full_page=False)
+        assert not b.remote_requests(), b.remote_requests()
+    assert not problems, "\n".join(problems)
+
+
 def test_the_chinese_exercise_page_offers_the_chinese_notebook(site, repo):
     page = (site / "zh" / "exercises-zh" / "ch01_qkv_softmax" / "ch01_qkv_softmax.html").read_text(encoding="utf-8")
     assert "NotImplementedError" in page and "Traceback" not in page

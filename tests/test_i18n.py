@@ -251,6 +251,20 @@ def test_the_search_dictionary_keeps_glossary_terms_whole():
     assert "键值缓存" in tokenizer.lcut("使用键值缓存")
 
 
+def test_the_search_index_files_a_short_form_under_the_word_its_first_mention_glosses():
+    """A title that says KV 缓存 is found by 键值缓存 as a title (the page glosses it once, in its text), and one
+    that says PagedAttention by 分页注意力; other text is cut as Sphinx's Chinese search cuts it."""
+    from sphinx.search.zh import SearchChinese
+
+    from coursekit.sphinx_i18n import glossary_search_language
+    language = glossary_search_language()({})
+    assert isinstance(language, SearchChinese)
+    assert "键值缓存" in language.split("带掩码的自注意力与基于 KV 缓存的解码")
+    assert "分页注意力" in language.split("GPU 上的 PagedAttention：Triton 核函数")
+    plain = "多头潜在注意力的潜在缓存"
+    assert language.split(plain) == SearchChinese({}).split(plain)
+
+
 def _answered(repo: Path, folder: str, assignment: str, answer: str) -> nbformat.NotebookNode:
     nb = nbformat.read(repo / folder / assignment / f"{assignment}.ipynb", as_version=4)
     for cell in nb.cells:

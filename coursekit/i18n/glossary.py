@@ -169,3 +169,17 @@ def jieba_dictionary(path: Path = GLOSSARY) -> str:
     'KV 缓存' is cut at its space anyway, so only the Chinese runs of a term are listed."""
     words = {run for term in chinese_terms(path) for run in re.findall(r"[\u3400-\u9fff]+", term) if len(run) > 1}
     return "".join(f"{w} 1000\n" for w in sorted(words))
+
+
+def search_synonyms(path: Path = GLOSSARY) -> list[tuple[str, str]]:
+    """(the form a page writes, a Chinese word a reader may search for instead) for each term whose full form a
+    page gives once only, at its first mention: ('KV 缓存', '键值缓存'), ('PagedAttention', '分页注意力'). The
+    Chinese search index files a text holding the first under the second as well, so that a search for 键值缓存
+    weighs a title or heading that says KV 缓存 as it weighs the words themselves."""
+    pairs = []
+    for entry in entries(path):
+        if "first mention" not in entry.note:
+            continue
+        for form in entry.main:
+            pairs += [(form, word) for word in entry.chinese if word not in entry.main and CJK.search(word)]
+    return pairs
