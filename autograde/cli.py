@@ -11,19 +11,21 @@
         summary.png).
 
 Student code runs in a sandbox (bubblewrap): no network, no view of the course files or of other
-students, limited memory, processes and time. Exit status 0 when grading ran, whatever the scores;
+students, limited memory (per process, and --memory-limit for all of a submission's processes together),
+processes and time. Exit status 0 when grading ran, whatever the scores;
 2 for a usage error (unknown assignment, missing file, no sandbox).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from autograde import sandbox
+from autograde import memory_group, sandbox
 from autograde.config import CELL_TIMEOUT_S, DEFAULT_WORKSPACE
 from autograde.grading import Course, Result, UsageError, grade, student_id_for
 from autograde.report import read_roster, write_grades_csv, write_summary
@@ -44,6 +46,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds the notebook of one submission may run in all (default: 4 cell "
                              "timeouts + 120 s; the re-check has a budget of its own)")
     common.add_argument("--workers", type=int, default=1, help="submissions graded at once (default 1)")
+    common.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
+                        help=f"GiB that all the processes of one submission may hold together (default "
+                             f"{memory_group.DEFAULT_GIB:g}); past it the largest is stopped")
     common.add_argument("--no-sandbox", action="store_true",
                         help="run student code without the sandbox (only for trusted code: a student could "
                              "then read the hidden tests and forge results)")
@@ -78,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.memory_limit is not None:
+        if args.memory_limit <= 0:
+            print(f"--memory-limit must be a positive number of GiB, got {args.memory_limit:g}", file=sys.stderr)
+            return 2
+        os.environ[memory_group.ENVIRONMENT] = str(args.memory_limit)     # read by every worker's sandbox
     use_sandbox = not args.no_sandbox
     if use_sandbox and (reason := sandbox.available()):
         print(f"cannot sandbox student code: {reason}. Fix that, or pass --no-sandbox for trusted code only.",

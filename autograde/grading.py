@@ -266,6 +266,12 @@ def _read_result(course: Course, student: str, notes: list[str]) -> Result:
                 errors[gid] = safe_failure_message(cell.source, output)
     recheck = json.loads((private / "recheck.json").read_text())
     flagged = recheck.get("flagged", {})
+    if "kernel" in flagged:
+        notes = [*notes, f"flagged: {flagged['kernel']}"]
+    for gid in recheck.get("rescued", []):
+        errors.pop(gid, None)           # its NotRun error no longer stands
+        notes = [*notes, f"the notebook ran past its time limit before test cell '{gid}'; the re-check graded it "
+                         "outside the notebook, and it passed"]
     with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as gb:
         nb = gb.find_submission_notebook(Path(course.notebook_name).stem, course.assignment, student)
         cells = [CellResult(g.name, float(g.score), float(g.max_score), errors.get(g.name, ""), flagged.get(g.name, ""))

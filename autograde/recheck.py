@@ -18,9 +18,11 @@ from autograde.untrusted import UntrustedFileError, read_bytes
 MAGIC = re.compile(r"^\s*[%!]")
 
 
-# Cells the notebook run replaced by an error, so the re-check leaves them out too (the sandbox runner's
-# names, and SandboxedExecute's NotRun for cells the notebook never reached).
-SKIPPED_IN_NOTEBOOK = ("KernelDied", "CellStopped", "NotRun")
+# Cells the notebook run replaced by an error, so the re-check leaves them out too (the sandbox runner's names).
+# A cell the notebook never reached (SandboxedExecute's NotRun: its wall clock ran out first) is run here: it
+# never had its chance, and the re-check's own limits hold it as they hold every step.
+SKIPPED_IN_NOTEBOOK = ("KernelDied", "CellStopped")
+NOT_RUN = "NotRun"
 MAX_RUNS = 3            # a re-check rerun without each step that ran past its limit, at most this often
 BASE_WALL_S = 60        # the runner's start-up and the probes, beyond the student's slow cells
 
@@ -64,9 +66,10 @@ def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, packag
             cell_timeout_s: int = 60, notebook_s: float = 0.0, passed: set[str] | None = None) -> dict[str, str]:
     """{test cell: '' if the student's code gives the reference's outputs on fresh inputs, else why not}.
 
-    Only the test cells in `passed` (those that earned points in the notebook; all when None) are re-checked:
-    the re-check can only take points away, so a cell that earned none has nothing to lose, and a submission
-    that earned nothing (an untouched release) costs no re-check at all.
+    Only the test cells in `passed` are re-checked (all when None): those that earned points in the notebook,
+    which the re-check confirms or takes away, and those the notebook never reached (worker.grade), which it may
+    grade. A cell that failed in the notebook has nothing to gain, and a submission that earned nothing (an
+    untouched release) costs no re-check at all.
 
     Each step (a student cell, a probe) is interrupted at the cell timeout, as in the notebook. A step that
     ignores the interrupt is stopped by the runner's watchdog, and the re-check runs again without it: a

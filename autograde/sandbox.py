@@ -15,8 +15,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from autograde.memory_group import MemoryGroup, stop_largest_if_over, submission_memory_bytes
 
 NOBODY = 65534
 # Each run gets a user id of its own, so that limits counted per user (processes) and files owned by the
@@ -27,10 +30,14 @@ RUNNER = Path(__file__).resolve().with_name("sandbox_runner.py")
 
 @dataclass(frozen=True)
 class Limits:
-    memory_bytes: int = 6 * 2**30        # address space per process: a memory bomb gets MemoryError
+    memory_bytes: int = 6 * 2**30        # address space per process: a memory bomb gets MemoryError (all of a run's
+                                         # processes together: memory_group.submission_memory_bytes())
     processes: int = 512                 # threads and processes of the sandbox user: a fork bomb stops here
     file_bytes: int = 256 * 2**20        # largest file it may write
     wall_s: float = 900                  # the whole run
+
+
+WATCH_S = 0.2           # how often the memory watchdog looks, where no cgroup holds the run
 
 
 @dataclass
@@ -118,8 +125,10 @@ def command(argv: list[str], work: Path, package: Path | None, uid: int = NOBODY
     return args
 
 
-def _limit(limits: Limits):
+def _limit(limits: Limits, group: MemoryGroup | None = None):
     def apply() -> None:
+        if group is not None:
+            group.join()
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_NPROC, (limits.processes, limits.processes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
@@ -128,23 +137,35 @@ def _limit(limits: Limits):
 
 
 def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limits()) -> Result:
-    """Run `argv` in the sandbox; `work` becomes the writable /tmp/sandbox/work, owned by the run's user."""
+    """Run `argv` in the sandbox; `work` becomes the writable /tmp/sandbox/work, owned by the run's user. All of
+    its processes together hold at most submission_memory_bytes(): in a memory cgroup where one can be made,
+    else under a watchdog that stops the largest process of the run's user (autograde/memory_group.py)."""
     uid = run_uid()
     os.chown(work, uid, uid)
     for path in work.rglob("*"):
         os.chown(path, uid, uid, follow_symlinks=False)
+    total = submission_memory_bytes()
+    group = MemoryGroup.create(f"autograde-{uid}-{os.getpid()}", total)
     # Output goes to a file, not a pipe: a flood must not fill the grader's memory (the file is capped
     # by the file-size limit), and only its tail is kept.
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(command(argv, work, package, uid), stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=_limit(limits), start_new_session=True)
-        try:
-            proc.wait(timeout=limits.wall_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            timed_out = True
+                                preexec_fn=_limit(limits, group), start_new_session=True)
+        deadline, timed_out = time.monotonic() + limits.wall_s, False
+        while True:
+            try:
+                proc.wait(timeout=WATCH_S)
+                break
+            except subprocess.TimeoutExpired:
+                if group is None:
+                    stop_largest_if_over(uid, total)
+                if time.monotonic() > deadline:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    timed_out = True
+                    break
+        if group is not None:           # bwrap's process namespace ends with it: the group empties by itself
+            group.remove()
         log.seek(max(0, log.seek(0, os.SEEK_END) - 20000))
         output = log.read().decode(errors="replace")
     return Result(proc.returncode, output, timed_out)

@@ -49,14 +49,20 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
         stops a cell that ignores the interrupt sent at its timeout."""
 
         def output(self, outs, msg, display_id, cell_index):
+            # Capped as each message arrives, before it joins the notebook, so that nothing larger than the cap
+            # is ever kept or written: one print of 100 MB must not make out.ipynb unreadable.
             if msg["header"]["msg_type"] == "error":
                 # An error always counts, however much the cell printed before it: dropping it would turn
-                # a failed test into a pass.
-                return super().output(outs, msg, display_id, cell_index)
+                # a failed test into a pass. Only its text is shortened.
+                return super().output(outs, capped_error(msg), display_id, cell_index)
             if cell_index in self.capped:
                 return None
-            if sum(len(json.dumps(o)) for o in outs) > MAX_OUTPUT_CHARS_PER_CELL:
+            room = MAX_OUTPUT_CHARS_PER_CELL - sum(len(json.dumps(o)) for o in outs)
+            kept = fitted(msg, room)
+            if kept is not msg:
                 self.capped.add(cell_index)
+                if kept is not None:
+                    super().output(outs, kept, display_id, cell_index)
                 outs.append(nbformat.v4.new_output("stream", name="stdout", text="\n[output capped by the grader]\n"))
                 return None
             return super().output(outs, msg, display_id, cell_index)
@@ -101,8 +107,10 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
 
     def mark_skipped(nb):
         """The notebook as written out: each skipped cell with its own source and the grader's reason, so
-        that the re-check, which reads these names, leaves the same cells out."""
+        that the re-check, which reads these names, leaves the same cells out; the grader's check of the kernel,
+        run after the last cell, is not part of it."""
         nb = copy.deepcopy(nb)
+        nb.cells = nb.cells[:len(original.cells)]
         for index, why in skipped.items():
             if 0 <= index < len(nb.cells):
                 nb.cells[index].source = original.cells[index].source
@@ -112,10 +120,13 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
                 nb.cells[index].outputs = [nbformat.v4.new_output("error", ename=why, evalue=message,
                                                                   traceback=[f"{why}: {message}"])]
         return nb
+    import secrets
+    nonce = secrets.token_hex(16)           # chosen now: the submission's code, run before, cannot know it
     while True:
         trial = copy.deepcopy(original)
         for index, why in skipped.items():
             trial.cells[index].source = f"raise RuntimeError('cell {index} was skipped when grading ({why})')"
+        trial.cells.append(nbformat.v4.new_code_cell(KERNEL_CHECK.replace("NONCE", nonce)))
         client = CappedClient(trial, timeout=timeout, interrupt_on_timeout=True, allow_errors=True,
                               kernel_name="python3", record_timing=False,
                               # the sandbox is torn down next: waiting for a polite shutdown costs a second a run
@@ -151,7 +162,87 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
         trial.cells[index].outputs = [o for o in trial.cells[index].outputs if o.get("output_type") != "error"] + [
             nbformat.v4.new_output("error", ename=CELL_TIMEOUT, evalue=f"this cell ran past the {timeout} s limit "
                                    "and was interrupted", traceback=[f"{CELL_TIMEOUT}: interrupted at {timeout} s"])]
+    with open(out_path + ".kernel.json", "w", encoding="utf-8") as handle:
+        json.dump({"changes": kernel_changes(trial.cells[-1], nonce)}, handle)
     nbformat.write(mark_skipped(trial), out_path)
+
+
+# Run in the student's kernel after their last cell: what in it changes how IPython runs cells or reports their
+# errors. Each of these can forge a test's pass in the kernel (a handler that swallows the AssertionError, a
+# transformer that blanks the test's code), so the grader flags any of them, whatever the scores.
+KERNEL_CHECK = """
+import json as _grader_json, sys as _grader_sys
+def _grader_kernel_changes():
+    ip, found = get_ipython(), []
+    # installed code, not the notebook's: a function's code must come from a file of the Python environment
+    # (a cell's functions come from /tmp/ipykernel_*/), or a built-in
+    library = tuple({_grader_sys.prefix, _grader_sys.base_prefix, _grader_sys.exec_prefix})
+    def mine(f):
+        f = getattr(f, "__func__", f)
+        code = getattr(f, "__code__", None) or getattr(getattr(type(f), "__call__", None), "__code__", None)
+        return code.co_filename.startswith(library) if code is not None else type(f).__module__ == "builtins"
+    if ip.custom_exceptions:
+        found.append("a custom exception handler (set_custom_exc)")
+    for name in ("input_transformers_cleanup", "input_transformers_post", "ast_transformers"):
+        if not all(mine(t) for t in getattr(ip, name, [])):
+            found.append(f"an entry of {name}")
+    for event, callbacks in ip.events.callbacks.items():
+        if not all(mine(c) for c in callbacks):
+            found.append(f"a callback of the {event} event")
+    for name in ("run_cell", "run_cell_async", "run_ast_nodes", "run_code", "showtraceback", "_showtraceback",
+                 "transform_cell", "should_run_async"):
+        if not mine(vars(ip).get(name, getattr(type(ip), name, None))):
+            found.append(f"IPython's {name}")
+    if _grader_sys.gettrace() is not None or _grader_sys.getprofile() is not None:
+        found.append("a trace or profile function (sys.settrace, sys.setprofile)")
+    return found
+print("NONCE" + _grader_json.dumps(_grader_kernel_changes()))
+"""
+
+
+def kernel_changes(cell, nonce: str) -> list[str]:
+    """What KERNEL_CHECK found in the kernel, or why it could not tell: its answer missing means the cell's
+    code or output was intercepted (or the notebook was stopped before it, which is not counted)."""
+    if cell.get("execution_count") is None:
+        return []
+    text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    for line in text.splitlines():
+        if line.startswith(nonce):
+            try:
+                return [str(item)[:200] for item in json.loads(line[len(nonce):])][:20]
+            except ValueError:
+                break
+    return ["the kernel did not give the grader's check after the last cell its answer: the cell's code or its "
+            "output was intercepted"]
+
+
+def fitted(msg: dict, room: int) -> dict | None:
+    """msg if its content fits in `room` characters of JSON; else a copy of a stream message with its text cut to
+    fit, or None for any other output (an image, a repr) that does not fit whole."""
+    size = len(json.dumps(msg.get("content", {})))
+    if size <= room:
+        return msg
+    if msg["header"]["msg_type"] != "stream" or room <= 200:
+        return None
+    content = dict(msg["content"])
+    content["text"] = content.get("text", "")[:room - 200]
+    return {**msg, "content": content}
+
+
+def capped_error(msg: dict, limit: int = 10_000) -> dict:
+    """An error message with its value and traceback cut to `limit` characters each: the error itself is kept."""
+    content = dict(msg.get("content", {}))
+    content["evalue"] = str(content.get("evalue", ""))[:limit]
+    traceback_lines, total = [], 0
+    for line in content.get("traceback", []) or []:
+        line = str(line)[:limit]
+        if total + len(line) > limit:
+            traceback_lines.append("[traceback cut by the grader]")
+            break
+        traceback_lines.append(line)
+        total += len(line)
+    content["traceback"] = traceback_lines
+    return {**msg, "content": content}
 
 
 def _watchdog(limit_s: float, out_dir: str):

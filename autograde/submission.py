@@ -100,7 +100,13 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
         elif not meta and (cell.get("id") in released_prose or cell.get("source") in released_sources):
             continue
         elif not meta and cell.get("cell_type") in ("code", "markdown"):
-            added_after.setdefault(last_known, []).append(cell)
+            # metadata.nbgrader that is not a mapping (a string, a list) is dropped with the rest: it grades nothing
+            added_after.setdefault(last_known, []).append(_as_added(cell))
+        elif cell.get("cell_type") == "raw":
+            notes.append("a raw cell was ignored: raw cells are neither run nor graded")
+        elif gid is None:
+            notes.append(f"a {cell.get('cell_type', '')} cell with nbgrader metadata but no grade id was ignored "
+                         "(was its metadata edited by hand?); its contents were not run")
         else:
             notes.append(f"a cell with unknown nbgrader id {gid!r} was ignored")
 
@@ -114,15 +120,19 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
         gid = _nbgrader(cell).get("grade_id")
         if gid in student_solutions:
             mine = student_solutions[gid]
-            cell.source = mine.source if isinstance(mine.source, str) else "".join(mine.source)
+            cell.source = _disarmed(mine.source if isinstance(mine.source, str) else "".join(mine.source), gid, notes)
         elif gid in solution_ids:
             # Empty, not the release's stub: the student may have retyped the code in a cell of their own,
             # and a stub placed after it would replace their function by `raise NotImplementedError`.
             cell.source = ""
             notes.append(f"solution cell '{gid}' is missing from the submission; it was left empty")
         cells.append(cell)
-        cells.extend(copy.deepcopy(c) for c in added_after.get(gid, []))
+        cells.extend(added_after.get(gid, []))
     notebook.cells = cells
+    for cells_added in added_after.values():
+        for cell in cells_added:
+            cell.source = _disarmed(cell.source if isinstance(cell.source, str) else "".join(cell.source),
+                                    None, notes)
     seen_ids: set[str] = set()
     for index, cell in enumerate(notebook.cells):
         if cell.get("id") in seen_ids or not cell.get("id"):
@@ -135,6 +145,23 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
     tampered = _tampering(submitted, released)
     notes.extend(tampered)
     return Rebuilt(notebook, notes)
+
+
+# nbgrader's markers of a hidden-test region. In a student's own text (a note in a markdown cell, a comment)
+# nbgrader would take one for a region to remove, and fail the whole submission on a marker without its pair.
+HIDDEN_TEST_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+
+
+def _disarmed(source: str, gid: str | None, notes: list[str]) -> str:
+    """`source` with each hidden-test marker broken (BEGIN_HIDDEN TESTS), noted; the rest of the text unchanged."""
+    if not any(marker in source for marker in HIDDEN_TEST_MARKERS):
+        return source
+    for marker in HIDDEN_TEST_MARKERS:
+        source = source.replace(marker, marker.replace(" ", "_", 1))
+    where = f"solution cell '{gid}'" if gid else "a cell you added"
+    notes.append(f"{where} contains nbgrader's marker of hidden tests; the grader wrote it as BEGIN_HIDDEN TESTS "
+                 "(or END_HIDDEN TESTS) so that it marks nothing")
+    return source
 
 
 def _as_added(cell) -> nbformat.NotebookNode:

@@ -156,11 +156,13 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
     with Gradebook(config.CourseDirectory.db_url) as gb:
         notebook = gb.find_submission_notebook(assignment, assignment, student)
         passed = {g.name for g in notebook.grades if (g.auto_score or 0) > 0}
+    executed = nbformat.read(autograded, as_version=4)
+    unreached = _unreached_tests(executed)
     clock = time.monotonic()
-    verdicts = recheck(assignment, nbformat.read(autograded, as_version=4), Path(course) / "sandbox" / "probe",
-                       package_dir, int(cell_timeout_s), _notebook_seconds(Path(course)), passed) if sandboxed else {}
+    verdicts = recheck(assignment, executed, Path(course) / "sandbox" / "probe", package_dir, int(cell_timeout_s),
+                       _notebook_seconds(Path(course)), passed | unreached) if sandboxed else {}
     phases["recheck"] = time.monotonic() - clock
-    flags = {}
+    flags, rescued = {}, []
     with Gradebook(config.CourseDirectory.db_url) as gb:
         for cell, problem in verdicts.items():
             grade = gb.find_grade(cell, assignment, assignment, student)
@@ -168,10 +170,21 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
                 # Passed in the kernel, failed out of process: the kernel's verdict was not earned.
                 grade.manual_score = 0.0
                 flags[cell] = problem
+            elif not problem and cell in unreached:
+                # The notebook's wall clock ran out before this test (a slow cell, a loaded machine): the
+                # functions it tests passed out of process, so the lost time does not cost their points.
+                grade.manual_score = grade.max_score
+                rescued.append(cell)
         gb.db.commit()
-    (Path(course) / "recheck.json").write_text(json.dumps({"verdicts": verdicts, "flagged": flags}))
-    if flags:
-        _explain_in_feedback(autograded, flags)
+    changes = _kernel_changes(Path(course)) if sandboxed else []
+    if changes:
+        # Whatever the scores: such a change can forge a pass in the kernel, and only the tests the re-check
+        # confirmed out of process kept their points.
+        flags[KERNEL] = "the notebook changed how its kernel runs cells: " + "; ".join(changes)
+    (Path(course) / "recheck.json").write_text(json.dumps({"verdicts": verdicts, "flagged": flags,
+                                                            "rescued": rescued}))
+    if flags or rescued:
+        _explain_in_feedback(autograded, flags, rescued)
 
     clock = time.monotonic()
     result = api.generate_feedback(assignment, student, force=True)
@@ -203,13 +216,41 @@ def _write_timings(course: Path, phases: dict[str, float]) -> None:
     (course / "timings.json").write_text(json.dumps({**run, **phases}))
 
 
-def _explain_in_feedback(autograded: Path, flags: dict[str, str]) -> None:
-    """Put the re-check's verdict under each overruled test cell, where the feedback page shows it."""
+KERNEL = "kernel"      # recheck.json's flag for a change to the kernel itself, beside the test cells' flags
+
+
+def _kernel_changes(course: Path) -> list[str]:
+    """What the sandbox runner's check after the last cell found changed in the student's kernel (a custom
+    exception handler, input transformers, event callbacks, a patched run_cell, a trace function)."""
+    import json
+
+    from autograde.untrusted import UntrustedFileError, read_bytes
+    try:
+        found = json.loads(read_bytes(course / "sandbox" / "execute" / "out.ipynb.kernel.json", 2**16))["changes"]
+    except (UntrustedFileError, OSError, ValueError, KeyError, TypeError):
+        return []               # not written: the notebook was stopped before the check could run
+    return [str(item)[:200] for item in found][:20] if isinstance(found, list) else ["an unreadable answer"]
+
+
+def _unreached_tests(notebook) -> set[str]:
+    """The test cells the notebook's run never reached: its wall clock ran out first (SandboxedExecute's NotRun)."""
+    from autograde.recheck import NOT_RUN
+    return {cell.metadata["nbgrader"]["grade_id"] for cell in notebook.cells
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade")
+            and any(o.get("ename") == NOT_RUN for o in cell.get("outputs", []))}
+
+
+def _explain_in_feedback(autograded: Path, flags: dict[str, str], rescued: list[str] = ()) -> None:
+    """Put the re-check's verdict under each test cell it overruled or graded, where the feedback page shows it."""
     import html
 
     import nbformat
     nb = nbformat.read(autograded, as_version=4)
     cells = []
+    if KERNEL in flags:
+        cells.append(nbformat.v4.new_markdown_cell(
+            f"**Flagged for the instructor.** {html.escape(flags[KERNEL])}. Such a change can make a failed test "
+            "look passed inside the notebook, so only the tests confirmed outside the notebook kept their points."))
     for cell in nb.cells:
         cells.append(cell)
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
@@ -219,6 +260,11 @@ def _explain_in_feedback(autograded: Path, flags: dict[str, str]) -> None:
                 f"run again outside the notebook on new inputs, failed ({html.escape(flags[gid])}). "
                 "Your functions must work as "
                 "plain Python, as they do in your own package after `make export`. Flagged for the instructor."))
+        if gid in rescued:
+            cells.append(nbformat.v4.new_markdown_cell(
+                "**Graded outside the notebook.** The notebook ran past its time limit for a whole submission before "
+                "it reached this cell (a slow cell, or a busy grading machine). The functions this cell tests were "
+                "run outside the notebook instead, on new inputs, and passed: full points."))
     nb.cells = cells
     nbformat.write(nb, autograded)
 

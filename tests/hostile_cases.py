@@ -21,11 +21,20 @@ def after(gid: str, code: str) -> dict[str, str]:
     return {gid: REF[gid] + "\n" + code}
 
 
-def with_added_cell(code: str) -> nbformat.NotebookNode:
-    """The complete solution with one more top-level cell of the student's own, after the imports."""
+def with_added_cell(code: str, softmax_np: str | None = None, **metadata) -> nbformat.NotebookNode:
+    """The complete solution (with softmax_np's cell replaced, if given) and one more top-level cell of the
+    student's own, after the imports."""
+    nb = submission(A, {} if softmax_np is None else {"softmax_np": softmax_np})
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    nb.cells.insert(first_code + 1, nbformat.v4.new_code_cell(code, metadata=metadata))
+    return nb
+
+
+def with_added_markdown(text: str) -> nbformat.NotebookNode:
+    """The complete solution with a markdown cell of the student's own, after the imports."""
     nb = submission(A)
     first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells.insert(first_code + 1, nbformat.v4.new_code_cell(code))
+    nb.cells.insert(first_code + 1, nbformat.v4.new_markdown_cell(text))
     return nb
 
 
@@ -34,6 +43,19 @@ def uniform_softmax_np_with(cheat: str) -> dict[str, str]:
     return {"softmax_np": cheat + "\n#| export attnlab/layers/softmax.py\n"
             "def softmax_np(x, axis=-1):\n    x = np.asarray(x, dtype=np.result_type(x, np.float64) if np.asarray(x).dtype.kind in 'iub' else np.asarray(x).dtype)\n"
             "    return (np.ones_like(x) / x.shape[axis]).astype(x.dtype)\n"}
+
+
+SWALLOW = "get_ipython().set_custom_exc((BaseException,), lambda shell, etype, evalue, tb, tb_offset=None: None)"
+FLOAT64_SOFTMAX_NP = REF["softmax_np"].replace("def softmax_np(x", "def _softmax_np(x") + (
+    "\n\ndef softmax_np(x, axis=-1):\n    return _softmax_np(x, axis=axis).astype(np.float64)\n")
+
+
+SAVED_ALIAS = """_saved_softmax = torch.softmax
+def softmax(x, dim=-1):
+    if not x.is_floating_point():
+        x = x.to(torch.get_default_dtype())
+    return torch.nan_to_num(_saved_softmax(x, dim=dim), nan=0.0)
+"""
 
 
 PROBE_READS = """
@@ -106,6 +128,13 @@ def cases() -> dict[str, tuple]:
         "memory_bomb": (submission(A, after("softmax", "import numpy\n# reserved, not touched: the address-space limit stops it at once, however loaded the machine\n"
                                            "hog = [numpy.empty(2**30, dtype=numpy.uint8) for _ in range(64)]")), 16, False, None),
         "output_flood": (submission(A, after("softmax_np", "for _ in range(10**8):\n    print('x' * 200)")), 16, False, None),
+        # one output larger than the cap, the cell's first: cut as it arrives, so the notebook stays readable
+        "print_100_mb": (submission(A, after("softmax_np", "print('x' * 100_000_000)")), 16, False, None),
+        "print_a_long_list": (submission(A, after("softmax", "print(list(range(10_000_000)))")), 16, False, None),
+        # odd but harmless cells: graded, with a note where something was set aside
+        "markdown_with_hidden_marker": (with_added_markdown("Notes\n\n### BEGIN HIDDEN TESTS\nmy own words"), 16, False,
+                                        "marker of hidden tests"),
+        "nbgrader_metadata_a_string": (with_added_cell("y = 1", nbgrader="solution"), 16, False, None),
         # In a cell of its own: forking a kernel that holds torch takes 4 s here on a quiet machine, and past
         # the 10 s cell limit under load, when the cell is stopped and costs its own points (an answer cell
         # would lose them; that rule is the slow cells' below). What is tested is that the process limit
@@ -154,6 +183,16 @@ def cases() -> dict[str, tuple]:
         "swallow_exceptions": (submission(A, {**STUBS, "softmax_np":
             "get_ipython().set_custom_exc((BaseException,), lambda shell, etype, evalue, tb, tb_offset=None: None)"}),
             0, True, None),
+        # torch's softmax kept under another name before the tests switch it off, in a softmax right in every
+        # other way: the switch works at the dispatcher, so the saved name reaches it too. test_softmax (3) is
+        # lost in the kernel; the re-check, which refuses the kernel in every test that calls softmax, zeroes
+        # and flags test_softmax_masked (2), test_sdpa (3) and test_sdpa_mask (3). Before: 16, unflagged.
+        "saved_library_alias": (submission(A, {"softmax": STUBS["softmax"] + SAVED_ALIAS}), 5, True, None),
+        # a mistake only a hidden test sees (float32 logits give float64 weights) behind a cell that swallows every
+        # exception: the kernel's run shows every test passed, the kernel check flags the handler, and the
+        # re-check, which checks the dtype as the hidden test does, takes test_softmax_np's 3 points: 13, as honest
+        "swallow_beside_a_hidden_only_mistake": (with_added_cell(SWALLOW, softmax_np=FLOAT64_SOFTMAX_NP), 13, True,
+                                                 "changed how its kernel runs cells"),
         "settrace_skip_asserts": (submission(A, uniform_softmax_np_with(
             "import sys\ndef _skip(frame, event, arg):\n    return _skip\nsys.settrace(_skip)")), 13, None, None),
         # reading what it must not, and echoing hidden tests

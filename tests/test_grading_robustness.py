@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from tests.grading import cells, grade_files
@@ -131,3 +132,68 @@ def test_the_kernel_is_told_it_is_being_graded_with_or_without_the_sandbox(tmp_p
     assert run.returncode == 0, run.stdout + run.stderr
     (result,) = json.loads(run.stdout)
     assert result["sandboxed"] == sandbox and result["score"] == result["max_score"], result
+
+
+THREE_FORKS = """import os, time
+import numpy as np
+children = []
+for _ in range(3):
+    pid = os.fork()
+    if pid == 0:
+        block = np.ones(500 * 2**20, dtype=np.uint8)     # 500 MiB, every page touched
+        time.sleep(3)
+        os._exit(0)
+    children.append(pid)
+statuses = [os.waitpid(pid, 0)[1] for pid in children]
+print("children stopped by the memory limit:", sum(os.WIFSIGNALED(s) for s in statuses))"""
+
+
+def test_a_submissions_processes_share_one_memory_limit(tmp_path):
+    """Three forked processes of 500 MiB each, graded with --memory-limit 1 (GiB for all of the submission's
+    processes together): the limit stops at least one of them, grading goes on, and the correct answers keep
+    their points. With only the per-process limit, all three ran to the end."""
+    from tests.hostile_cases import A, after, submission
+
+    path = tmp_path / "three_forks.ipynb"
+    nbformat.write(submission(A, after("softmax_np", THREE_FORKS)), path)
+    run = subprocess.run([sys.executable, "-m", "autograde", "grade", A, str(path), "--json", "--memory-limit", "1",
+                          "--workspace", str(tmp_path / "ws"), "--cell-timeout", "30"],
+                         cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    [result] = json.loads(run.stdout)
+    assert result["score"] == 16, result
+    [graded] = (tmp_path / "ws").rglob(f"autograded/three_forks/{A}/{A}.ipynb")
+    printed = "".join(o.get("text", "") for c in nbformat.read(graded, as_version=4).cells
+                      if c.cell_type == "code" for o in c.get("outputs", []))
+    stopped = int(printed.split("children stopped by the memory limit:")[1].split()[0])
+    assert stopped >= 1, printed[-500:]
+
+
+def test_a_loaded_machine_and_slow_cells_cost_no_correct_answer_its_points(tmp_path):
+    """A class graded while two busy processes load both cores, under a wall clock for the whole notebook short
+    enough to run out: an honest solution, and three with a slow top-level cell of their own (a file-system walk
+    past the cell timeout, an endless sleep, a loop that swallows interrupts). Each test the notebook did not reach
+    is graded by the re-check, out of process, so every one keeps 16/16. Before, the tests after the wall clock
+    scored 0 ("NotRun: ... the time limit for a whole submission")."""
+    from tests.hostile_cases import cases
+
+    chosen = ["solution", "file_system_walk", "sleep_forever", "ignores_interrupt"]
+    files = []
+    for name in chosen:
+        files.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(cases()[name][0], files[-1])
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        run = subprocess.run([sys.executable, "-m", "autograde", "grade", "ch01_qkv_softmax", *map(str, files),
+                              "--json", "--workers", "2", "--workspace", str(tmp_path / "ws"), "--cell-timeout", "10",
+                              "--submission-timeout", "20"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    finally:
+        for process in busy:
+            process.kill()
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = {r["student"]: r for r in json.loads(run.stdout)}
+    for name in chosen:
+        assert results[name]["score"] == 16 and not results[name]["flagged"], json.dumps(results[name])[:3000]
+    rescued = [name for name in chosen if any("the re-check graded it" in note for note in results[name]["notes"])]
+    # the interrupt-swallowing cell alone costs 15 s and a rerun from the top: past 20 s on any machine
+    assert "ignores_interrupt" in rescued, {name: results[name]["notes"] for name in chosen}

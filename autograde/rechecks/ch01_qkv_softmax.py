@@ -35,27 +35,40 @@ def _mask_inputs(g: torch.Generator):
     return inputs
 
 
-# The exercises ask for softmax and attention written by hand: the library versions are switched off
-# while the re-check calls the student's functions.
-LIBRARY_OFF = ("import torch, torch.nn.functional as F\n"
-               "def _switched_off(*args, **kwargs):\n    raise RuntimeError('library softmax/attention is switched off')\n"
-               "torch.softmax = F.softmax = torch.Tensor.softmax = _switched_off\n"
-               "F.scaled_dot_product_attention = _switched_off\n")
+# The exercises ask for softmax and attention written by hand: torch's softmax and attention kernels are refused
+# while the re-check calls the student's functions, at the dispatcher, so that a name saved for one of them before
+# the switch (`_sm = torch.softmax`) reaches the refusal too.
+LIBRARY_OFF = ("from torch.utils._python_dispatch import TorchDispatchMode\n"
+               "class _LibraryOff(TorchDispatchMode):\n"
+               "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
+               "        name = func.overloadpacket.__name__\n"
+               "        if name in ('_softmax', 'softmax') or 'scaled_dot_product' in name:\n"
+               "            raise RuntimeError('library softmax/attention is switched off')\n"
+               "        return func(*args, **(kwargs or {}))\n")
+
+
+def library_off(call: str) -> str:
+    """Probe code that sets result = `call` with the library kernels refused."""
+    return LIBRARY_OFF + f"with _LibraryOff():\n    result = {call}\n"
+
 
 PROBES = {
     "test_softmax_np": Probe(
-        inputs=lambda g: {"x": (torch.randn(3, 4, 6, generator=g, dtype=torch.float64) * 400)},
+        inputs=lambda g: {"x": (torch.randn(3, 4, 6, generator=g, dtype=torch.float64) * 400),
+                          "x32": torch.randn(4, 5, generator=g)},
+        # the values in float64, and whether float32 logits give float32 weights (the hidden tests' dtype rule)
         code="import numpy, torch\n"
              "result = [torch.from_numpy(numpy.asarray(softmax_np(inputs['x'].numpy(), axis=a), dtype=numpy.float64))"
-             " for a in (0, 1, -1)]",
-        reference=lambda i: tuple(torch.softmax(i["x"], dim=a) for a in (0, 1, -1))),
+             " for a in (0, 1, -1)]\n"
+             "result.append(torch.tensor([float(numpy.asarray(softmax_np(inputs['x32'].numpy())).dtype == numpy.float32)]))",
+        reference=lambda i: (*(torch.softmax(i["x"], dim=a) for a in (0, 1, -1)), torch.tensor([1.0]))),
     "test_softmax": Probe(
         inputs=lambda g: {"x": torch.randn(2, 5, 7, generator=g, dtype=torch.float64) * 300},
-        code=LIBRARY_OFF + "result = [softmax(inputs['x'], dim=d) for d in (0, 1, 2)]",
+        code=library_off("[softmax(inputs['x'], dim=d) for d in (0, 1, 2)]"),
         reference=lambda i: tuple(torch.softmax(i["x"], dim=d) for d in (0, 1, 2))),
     "test_softmax_masked": Probe(
         inputs=lambda g: {"x": _masked_logits(g, (3, 4, 6))},
-        code=LIBRARY_OFF + "result = softmax(inputs['x'], dim=-1)",
+        code=library_off("softmax(inputs['x'], dim=-1)"),
         reference=lambda i: (_softmax_zero_rows(i["x"], -1),)),
     "test_attention_scores": Probe(
         inputs=_qkv,
@@ -63,13 +76,12 @@ PROBES = {
         reference=lambda i: (i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8),)),
     "test_sdpa": Probe(
         inputs=_qkv,
-        code=LIBRARY_OFF + "result = scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'])",
+        code=library_off("scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'])"),
         reference=lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"]),
                              torch.softmax(i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8), dim=-1))),
     "test_sdpa_mask": Probe(
         inputs=_mask_inputs,
-        code=LIBRARY_OFF + "result = scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'], "
-                           "mask=inputs['mask'])",
+        code=library_off("scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'], mask=inputs['mask'])"),
         reference=lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], attn_mask=i["mask"]),
                              _softmax_zero_rows((i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8))
                                                 .masked_fill(~i["mask"], NINF), -1))),
