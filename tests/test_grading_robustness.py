@@ -186,7 +186,7 @@ def test_a_loaded_machine_and_slow_cells_cost_no_correct_answer_its_points(tmp_p
     try:
         run = subprocess.run([sys.executable, "-m", "autograde", "grade", "ch01_qkv_softmax", *map(str, files),
                               "--json", "--workers", "2", "--workspace", str(tmp_path / "ws"), "--cell-timeout", "10",
-                              "--submission-timeout", "20"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+                              "--submission-timeout", "15"], cwd=REPO, capture_output=True, text=True, timeout=1800)
     finally:
         for process in busy:
             process.kill()
@@ -195,5 +195,5 @@ def test_a_loaded_machine_and_slow_cells_cost_no_correct_answer_its_points(tmp_p
     for name in chosen:
         assert results[name]["score"] == 16 and not results[name]["flagged"], json.dumps(results[name])[:3000]
     rescued = [name for name in chosen if any("the re-check graded it" in note for note in results[name]["notes"])]
-    # the interrupt-swallowing cell alone costs 15 s and a rerun from the top: past 20 s on any machine
+    # the interrupt-swallowing cell alone holds the notebook 15 s (10 s, then 5 s of grace) before its rerun
     assert "ignores_interrupt" in rescued, {name: results[name]["notes"] for name in chosen}

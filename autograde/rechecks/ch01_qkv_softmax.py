@@ -38,18 +38,24 @@ def _mask_inputs(g: torch.Generator):
 # The exercises ask for softmax and attention written by hand: torch's softmax and attention kernels are refused
 # while the re-check calls the student's functions, at the dispatcher, so that a name saved for one of them before
 # the switch (`_sm = torch.softmax`) reaches the refusal too.
-LIBRARY_OFF = ("from torch.utils._python_dispatch import TorchDispatchMode\n"
-               "class _LibraryOff(TorchDispatchMode):\n"
+LIBRARY_OFF = ("from torch.overrides import TorchFunctionMode\n"
+               "from torch.utils._python_dispatch import TorchDispatchMode\n"
+               "class _SoftmaxOff(TorchDispatchMode):\n"
                "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
-               "        name = func.overloadpacket.__name__\n"
-               "        if name in ('_softmax', 'softmax') or 'scaled_dot_product' in name:\n"
-               "            raise RuntimeError('library softmax/attention is switched off')\n"
+               "        if func.overloadpacket.__name__ in ('_softmax', 'softmax'):\n"
+               "            raise RuntimeError('library softmax is switched off')\n"
+               "        return func(*args, **(kwargs or {}))\n"
+               "class _AttentionOff(TorchFunctionMode):\n"
+               "    def __torch_function__(self, func, types, args=(), kwargs=None):\n"
+               "        if getattr(func, '__name__', '') == 'scaled_dot_product_attention':\n"
+               "            raise RuntimeError('library attention is switched off')\n"
                "        return func(*args, **(kwargs or {}))\n")
 
 
 def library_off(call: str) -> str:
-    """Probe code that sets result = `call` with the library kernels refused."""
-    return LIBRARY_OFF + f"with _LibraryOff():\n    result = {call}\n"
+    """Probe code that sets result = `call` with the library's softmax kernel (at the dispatcher) and attention
+    function (as torch reports its functions' calls) refused."""
+    return LIBRARY_OFF + f"with _SoftmaxOff(), _AttentionOff():\n    result = {call}\n"
 
 
 PROBES = {
