@@ -65,6 +65,12 @@ def test_every_catalog_is_translated_and_faithful():
     ("580 TFLOPS in compute-bound ones", "在算力受限的配置下可达 580 TFLOPS", "'算力受限'"),
     ("a program written for one tile of the work", "针对工作中的一个分片编写的程序", "'分片'"),
     ("a program written for one tile of the work", "针对工作中的一个分块编写的程序", "'分块'"),
+    ("decoding is limited by memory bandwidth", "解码受限于显存带宽", "'受限于显存带宽'"),
+    ("compute-bound rather than memory-bound", "计算受限、而非带宽受限", "'带宽受限'"),
+    ("an output layer tied to its token embedding", "输出层与词元嵌入绑定", "'绑定'"),
+    ("Capstone: SmolLM2 on attnlab", "收官：在 attnlab 上运行 SmolLM2", "'收官'"),
+    ("chapter 6 builds a translator", "第 6 章会构建一个翻译器", "'翻译器'"),
+    ("run the test cell below it", "运行它下面的测试单元", "glossary: the English says 'cell'"),
     # a row's English in brackets is not its translation
     ("the ridge point of its roofline", "它的屋顶线模型（roofline）的脊点（ridge point）",
      "glossary: the English says 'ridge point'"),
@@ -107,6 +113,10 @@ def test_the_lint_catches_each_fault(english, chinese, expected):
     ("each chunk of a prompt", "提示词的每个分块"),      # 分块 is chunked prefill's, where no tile is meant
     ("the ridge point of its roofline", "它的屋顶线模型（roofline）的拐点（ridge point）"),
     ("PagedAttention wastes less of it", "PagedAttention（分页注意力）则减少对它的浪费"),
+    ("an output layer tied to its token embedding", "输出层与词元嵌入共享权重"),
+    ("Capstone: SmolLM2 on attnlab", "综合实践：在 attnlab 上运行 SmolLM2"),
+    ("chapter 6 builds a translator", "第 6 章会构建一个翻译模型"),
+    ("run the test cell below it", "运行它下面的测试单元格"),
     ("What you build in the exercises", "练习内容"),
     ("Attention, from QKV to PagedAttention", "注意力机制：从 QKV 到 PagedAttention（分页注意力）"),
     # a formula may differ only inside \text{}, and keeps English there only as a name
@@ -184,7 +194,7 @@ def test_the_glossary_reads_its_terms_and_its_recurring_headings():
     rows = {e.english[0]: e for e in entries()}
     assert not set(wording) & {english for e in entries() for english in e.english}, "a heading read as a term"
     assert rows["KV cache"].chinese == ("KV 缓存", "键值缓存", "KV Cache")
-    assert rows["memory-bound"].rejected == ("受内存限制", "受限于访存", "算力受限")
+    assert rows["memory-bound"].rejected == ("受内存限制", "受限于访存", "算力受限", "带宽受限", "受限于显存带宽")
     assert rows["tile"].rejected == () and rows["tile"].rejected_here == ("分片", "分块")
     assert "of an engine" not in rows["bookkeeping"].english, "a bracket that says which sense is meant"
 
