@@ -4,7 +4,6 @@ code they capture runs here, and must give the tokens the eager engine gives."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 import torch
@@ -18,8 +17,9 @@ from attnlab.serving.engine import Engine
 from attnlab.serving.paged_cache import build_step
 from attnlab.serving.sampler import sample_on_device
 from attnlab.serving.sequence import SamplingParams, Sequence
+from coursekit.layout import REPO_ROOT
 
-SERVING = Path(__file__).resolve().parents[1] / "attnlab" / "serving"
+SERVING = REPO_ROOT / "attnlab" / "serving"
 
 
 def sdpa_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
