@@ -93,7 +93,7 @@ def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, packag
                   str(work / "inputs.safetensors"))
         code = ["" if position in skipped else text for position, (_, text, _) in enumerate(cells)]
         (work / "code.json").write_text(json.dumps({"cells": code, "probes": {
-            name: p.code for name, p in probes.items() if name not in stuck_probes}}))
+            name: p.sandbox_code for name, p in probes.items() if name not in stuck_probes}}))
         run = sandbox.python(work, package, "probe", "code.json", "inputs.safetensors", ".", str(cell_timeout_s),
                              limits=sandbox.Limits(wall_s=wall_s))
         stuck = _stuck_step(work)

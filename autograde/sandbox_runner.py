@@ -29,6 +29,7 @@ GRACE_S = 5             # how long a cell may ignore its interrupt before it is 
 KERNEL_DIED = "KernelDied"
 CELL_TIMEOUT = "CellTimeout"    # ran past the limit and was interrupted: the notebook went on
 CELL_STOPPED = "CellStopped"    # ran past the limit, ignored the interrupt, and was stopped by killing the kernel
+REAL_VALUE_ERROR = ValueError   # taken before any student code runs: the probes' refusals check for this class
 
 
 def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
@@ -330,6 +331,7 @@ def probe(code_path: str, inputs_path: str, out_dir: str, cell_timeout_s: str = 
         scope = dict(namespace)
         scope["inputs"] = {k: v.clone() for k, v in inputs.items() if k.startswith(name + ".")}
         scope["inputs"] = {k[len(name) + 1:]: v for k, v in scope["inputs"].items()}
+        scope["__ValueError__"] = REAL_VALUE_ERROR
         running(name)
         signal.alarm(timeout)
         try:

@@ -2,6 +2,7 @@
 every probe passes on the reference solution, and fails on each known-wrong implementation for the cells it must
 lose. (The sandboxed run of the same probes is exercised by test_grading.py and test_hostile.py.)"""
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -12,13 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import nbformat
 from safetensors.torch import load_file, save_file
 
 from autograde.recheck import student_code_cells
 from autograde.sandbox import GRADING_ENV
 from autograde.rechecks import compare, fresh_inputs, probes_for, reference_outputs
 from coursekit.sync import chapter_notebooks
-from tests.submissions import REPO, known_wrong, submission
+from tests.submissions import REPO, known_wrong, solution_code, submission
 
 WITH_PROBES = [nb.parent.name for nb in chapter_notebooks() if probes_for(nb.parent.name)]
 
@@ -37,7 +39,7 @@ def verdicts(assignment: str, replace: dict[str, str] | None = None, seed: int =
                    for key, value in values.items()}, str(work / "inputs.safetensors"))
         (work / "code.json").write_text(json.dumps({
             "cells": student_code_cells(submission(assignment, replace)),
-            "probes": {name: probe.code for name, probe in probes.items()}}))
+            "probes": {name: probe.sandbox_code for name, probe in probes.items()}}))
         run = subprocess.run([sys.executable, str(REPO / "autograde" / "sandbox_runner.py"), "probe", "code.json",
                               "inputs.safetensors", ".", "60"], cwd=work, capture_output=True, text=True, timeout=600,
                              env={**os.environ, **GRADING_ENV})
@@ -92,7 +94,7 @@ def test_the_runner_ends_when_its_results_are_written_whatever_threads_the_stude
         work = Path(tmp)
         save_file({f"{name}.{key}": value.contiguous() for name, values in inputs.items()
                    for key, value in values.items()}, str(work / "inputs.safetensors"))
-        (work / "code.json").write_text(json.dumps({"cells": cells, "probes": {n: p.code for n, p in probes.items()}}))
+        (work / "code.json").write_text(json.dumps({"cells": cells, "probes": {n: p.sandbox_code for n, p in probes.items()}}))
         # generous: the run itself takes seconds, the threads it leaves behind an hour
         run = subprocess.run([sys.executable, str(REPO / "autograde" / "sandbox_runner.py"), "probe", "code.json",
                               "inputs.safetensors", ".", "60"], cwd=work, capture_output=True, text=True, timeout=300)
@@ -153,3 +155,47 @@ def test_references_agree_while_other_threads_draw_inputs(assignment):
     for name, outputs in together:
         assert all(torch.equal(a, b) for a, b in zip(outputs, alone[name])), \
             f"{name}'s reference changed while another thread drew inputs"
+
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS(.*?)### END HIDDEN TESTS", re.S)
+
+
+def refusing_tests(assignment: str) -> set[str]:
+    """The test cells whose hidden tests require a ValueError on bad input."""
+    source = nbformat.read(REPO / "solutions" / assignment / f"{assignment}.ipynb", as_version=4)
+    return {cell.metadata["nbgrader"]["grade_id"] for cell in source.cells
+            if cell.metadata.get("nbgrader", {}).get("grade")
+            and any("except ValueError" in part for part in HIDDEN.findall(cell.source))}
+
+
+# Refusals a chapter's solution need not make itself: with its own checks disarmed, the bad input still meets an
+# earlier chapter's check, which the sandbox's attnlab holds, and the hidden test passes too.
+REFUSED_UPSTREAM = {
+    "ch04_encoder/test_encoder": "chapter 1's attention refuses a mask that does not broadcast to the scores",
+    "ch06_decoder/test_cross_attention": "chapter 1's attention refuses a mask that does not broadcast to the scores",
+    "ch07_llama_gqa/test_llama": "chapter 5's KVCache refuses more positions than max_seq_len",
+}
+
+
+def disarmed(code: str) -> str:
+    """The code with each `raise ValueError(...)` turned into an expression that builds the error and drops it."""
+    return code.replace("raise ValueError(", "ValueError(").replace(") from None", ")")
+
+
+@pytest.mark.parametrize("assignment", WITH_PROBES)
+def test_what_the_hidden_tests_refuse_the_re_check_refuses(assignment):
+    """A forged pass (a cell that swallows the notebook's errors) is graded by the re-check alone, so the re-check
+    must require every refusal the hidden tests require. With every `raise ValueError` of the solution disarmed,
+    each test cell whose hidden tests expect a ValueError fails its re-check (unless an earlier chapter's code
+    refuses the same input: REFUSED_UPSTREAM), and the others pass."""
+    mutant = {cell: disarmed(code) for cell, code in solution_code(assignment).items() if "raise ValueError(" in code}
+    expected = refusing_tests(assignment)
+    assert mutant or not expected, f"{assignment}: hidden tests expect a ValueError that no solution raises"
+    got = verdicts(assignment, mutant)
+    for test, verdict in got.items():
+        if test in expected and f"{assignment}/{test}" not in REFUSED_UPSTREAM:
+            assert verdict, f"{test}: a function that refuses nothing passes the re-check"
+        else:
+            assert not verdict, f"{test} fails the re-check, though its hidden tests pass: {verdict}"
+    for test, probe in probes_for(assignment).items():
+        assert test in expected or not probe.refusals, f"{test} refuses input that its hidden tests accept"

@@ -38,7 +38,8 @@ def _mask_inputs(g: torch.Generator):
 # The exercises ask for softmax and attention written by hand: torch's softmax and attention kernels are refused
 # while the re-check calls the student's functions, at the dispatcher, so that a name saved for one of them before
 # the switch (`_sm = torch.softmax`) reaches the refusal too.
-LIBRARY_OFF = ("from torch.overrides import TorchFunctionMode\n"
+LIBRARY_OFF = ("import torch\n"
+               "from torch.overrides import TorchFunctionMode\n"
                "from torch.utils._python_dispatch import TorchDispatchMode\n"
                "class _SoftmaxOff(TorchDispatchMode):\n"
                "    def __torch_dispatch__(self, func, types, args=(), kwargs=None):\n"
@@ -58,33 +59,52 @@ def library_off(call: str) -> str:
     return LIBRARY_OFF + f"with _SoftmaxOff(), _AttentionOff():\n    result = {call}\n"
 
 
+# Float32 input must give float32 output, as the hidden tests require of every function here (the values are checked
+# in float64, where a function that computes in float32 fails anyway): one flag per call, 1.0 when it does.
+def _float32_flags(call: str) -> str:
+    """Probe code: `flags` = [1.0 if every tensor `call` returns is float32 else 0.0]."""
+    return (f"out32 = {call}\n"
+            "out32 = out32 if isinstance(out32, (tuple, list)) else [out32]\n"
+            "flags = torch.tensor([float(all(t.dtype == torch.float32 for t in out32))])\n")
+
+
 PROBES = {
     "test_softmax_np": Probe(
         inputs=lambda g: {"x": (torch.randn(3, 4, 6, generator=g, dtype=torch.float64) * 400),
                           "x32": torch.randn(4, 5, generator=g)},
-        # the values in float64, and whether float32 logits give float32 weights (the hidden tests' dtype rule)
+        # the values in float64
         code="import numpy, torch\n"
              "result = [torch.from_numpy(numpy.asarray(softmax_np(inputs['x'].numpy(), axis=a), dtype=numpy.float64))"
              " for a in (0, 1, -1)]\n"
-             "result.append(torch.tensor([float(numpy.asarray(softmax_np(inputs['x32'].numpy())).dtype == numpy.float32)]))",
-        reference=lambda i: (*(torch.softmax(i["x"], dim=a) for a in (0, 1, -1)), torch.tensor([1.0]))),
+             "ints = numpy.asarray(softmax_np(numpy.array([[1, 2, 3]])))\n"
+             "result.append(torch.tensor([float(numpy.asarray(softmax_np(inputs['x32'].numpy())).dtype == numpy.float32),"
+             " float(numpy.issubdtype(ints.dtype, numpy.floating))]))\n"
+             "result.append(torch.from_numpy(ints.astype(numpy.float64)))",
+        # float32 logits give float32 weights, and integer logits floating-point ones (the hidden tests' dtype rules)
+        reference=lambda i: (*(torch.softmax(i["x"], dim=a) for a in (0, 1, -1)), torch.tensor([1.0, 1.0]),
+                             torch.softmax(torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64), dim=-1))),
     "test_softmax": Probe(
         inputs=lambda g: {"x": torch.randn(2, 5, 7, generator=g, dtype=torch.float64) * 300},
-        code=library_off("[softmax(inputs['x'], dim=d) for d in (0, 1, 2)]"),
-        reference=lambda i: tuple(torch.softmax(i["x"], dim=d) for d in (0, 1, 2))),
+        code=library_off("[softmax(inputs['x'], dim=d) for d in (0, 1, 2)]") + _float32_flags("softmax(inputs['x'].float(), dim=-1)")
+             + "result.append(flags)",
+        reference=lambda i: (*(torch.softmax(i["x"], dim=d) for d in (0, 1, 2)), torch.tensor([1.0]))),
     "test_softmax_masked": Probe(
         inputs=lambda g: {"x": _masked_logits(g, (3, 4, 6))},
         code=library_off("softmax(inputs['x'], dim=-1)"),
         reference=lambda i: (_softmax_zero_rows(i["x"], -1),)),
     "test_attention_scores": Probe(
         inputs=_qkv,
-        code="result = attention_scores(inputs['q'], inputs['k'])",
-        reference=lambda i: (i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8),)),
+        code="import torch\nresult = [attention_scores(inputs['q'], inputs['k'])]\n"
+             + _float32_flags("attention_scores(inputs['q'].float(), inputs['k'].float())") + "result.append(flags)",
+        reference=lambda i: (i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8), torch.tensor([1.0]))),
     "test_sdpa": Probe(
         inputs=_qkv,
-        code=library_off("scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'])"),
+        code=library_off("list(scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v']))")
+             + _float32_flags("scaled_dot_product_attention(*(inputs[n].float() for n in 'qkv'))")
+             + "result.append(flags)",
         reference=lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"]),
-                             torch.softmax(i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8), dim=-1))),
+                             torch.softmax(i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8), dim=-1),
+                             torch.tensor([1.0]))),
     "test_sdpa_mask": Probe(
         inputs=_mask_inputs,
         code=library_off("scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'], mask=inputs['mask'])"),

@@ -74,7 +74,12 @@ PROBES = {
     "test_masks": Probe(
         inputs=_mask_inputs,
         code="result = [causal_mask(int(inputs['t'])).double(), padding_mask(inputs['lengths'], max_len=7).double()]",
-        reference=_mask_reference, rtol=0, atol=0),
+        reference=_mask_reference, rtol=0, atol=0,
+        refusals=("padding_mask(torch.tensor([8]), max_len=7)", "padding_mask(torch.tensor([-1]), max_len=7)")),
     "test_mha_self": Probe(inputs=_mha_inputs, code=MHA_SELF, reference=lambda i: _mha_reference(i, cross=False)),
-    "test_mha_cross_and_masks": Probe(inputs=_mha_inputs, code=MHA_CROSS, reference=lambda i: _mha_reference(i, cross=True)),
+    "test_mha_cross_and_masks": Probe(
+        inputs=_mha_inputs, code=MHA_CROSS, reference=lambda i: _mha_reference(i, cross=True),
+        # d_model not divisible by n_heads, an input of the wrong width, batches that do not match
+        refusals=("MultiHeadAttention(10, 3)", "mha(torch.randn(2, 3, 23, dtype=torch.float64))",
+                  "mha(torch.randn(2, 3, 24, dtype=torch.float64), torch.randn(3, 4, 24, dtype=torch.float64))")),
 }

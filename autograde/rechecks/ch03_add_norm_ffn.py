@@ -118,8 +118,11 @@ PROBES = {
     "test_layer_norm": Probe(
         inputs=_norm_inputs,
         code="result = [layer_norm(inputs['x'], inputs['weight'], inputs['bias'], eps) for eps in (1e-5, 1.0)]",
-        reference=_norm_reference),
+        reference=_norm_reference,
+        refusals=("layer_norm(torch.randn(2, 5, dtype=torch.float64), torch.ones(4, dtype=torch.float64), "
+                  "torch.zeros(4, dtype=torch.float64))",)),
     "test_add_norm": Probe(inputs=_sublayer_inputs, code=ADD_NORM, reference=_add_norm_reference),
-    "test_feed_forward": Probe(inputs=_ffn_inputs, code=FFN, reference=_ffn_reference),
+    "test_feed_forward": Probe(inputs=_ffn_inputs, code=FFN, reference=_ffn_reference,
+                               refusals=("FeedForward(4, 8, activation='swish')",)),
     "test_encoder_layer": Probe(inputs=_layer_inputs, code=LAYER, reference=_layer_reference),
 }

@@ -62,8 +62,8 @@ BERT = dict(vocab_size=40, d_model=16, n_heads=4, d_ff=32, n_layers=2, max_seq_l
 SCALED = dict(vocab_size=40, d_model=16, n_heads=4, d_ff=32, n_layers=1, max_seq_len=12, positions="none",
               scale_embeddings=True)
 with torch.no_grad():
-    result = [_load(Embeddings(EncoderConfig(**BERT)), "bert")(inputs["ids"], inputs["types"]),
-              _load(Embeddings(EncoderConfig(**SCALED)), "scaled")(inputs["ids"])]
+    bert = _load(Embeddings(EncoderConfig(**BERT)), "bert")
+    result = [bert(inputs["ids"], inputs["types"]), _load(Embeddings(EncoderConfig(**SCALED)), "scaled")(inputs["ids"])]
 '''
 
 
@@ -131,9 +131,15 @@ PROBES = {
         inputs=_pe_inputs,
         code="import torch\nresult = [sinusoidal_positional_encoding(int(inputs['shape'][0]), int(inputs['shape'][1])).double()]",
         # the exercise returns float32: a correct table is within 1e-4 of the float64 one (see its test)
-        reference=_pe_reference, rtol=0, atol=1e-4),
-    "test_embeddings": Probe(inputs=_embeddings_inputs, code=EMBEDDINGS, reference=_embeddings_reference),
-    "test_encoder": Probe(inputs=_encoder_inputs, code=ENCODER, reference=_encoder_reference),
+        reference=_pe_reference, rtol=0, atol=1e-4,
+        refusals=("sinusoidal_positional_encoding(10, 7)", "sinusoidal_positional_encoding(0, 8)")),
+    "test_embeddings": Probe(
+        inputs=_embeddings_inputs, code=EMBEDDINGS, reference=_embeddings_reference,
+        # ids outside the vocabulary (40), longer than max_seq_len (12), and not (B, T) integers
+        refusals=("bert(torch.tensor([[0, 40]]))", "bert(torch.tensor([[-1, 0]]))",
+                  "bert(torch.zeros(1, 13, dtype=torch.long))", "bert(torch.zeros(3))")),
+    "test_encoder": Probe(inputs=_encoder_inputs, code=ENCODER, reference=_encoder_reference,
+                          refusals=("encoder(inputs['ids'], attention_mask=torch.ones(3, 8, dtype=torch.bool))",)),
     "test_mean_pool": Probe(inputs=_pool_inputs, code="result = [mean_pool(inputs['hidden'], inputs['mask'])]",
                             reference=_pool_reference),
     "test_minilm_capstone": Probe(inputs=_capstone_inputs, code=CAPSTONE, reference=_capstone_reference),

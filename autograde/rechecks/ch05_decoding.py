@@ -106,7 +106,8 @@ PROBES = {
              "as_integers = decoder_self_attention_mask(t_new, past, inputs['attention_mask'].long())\n"
              "result = [causal_mask_with_past(t_new, past).double(), padded.double(),\n"
              "          torch.tensor(float(padded.dtype == torch.bool)), torch.tensor(float(as_integers.dtype == torch.bool))]",
-        reference=_mask_reference, rtol=0, atol=0),
+        reference=_mask_reference, rtol=0, atol=0,
+        refusals=("causal_mask_with_past(0, 2)", "causal_mask_with_past(2, -1)")),
     "test_kv_cache": Probe(
         inputs=_cache_inputs,
         code="cache = KVCache(2, 3, 7, 5, dtype=inputs['k1'].dtype)\n"
@@ -125,5 +126,7 @@ PROBES = {
              "result += [t.clone() for t in cache.append(inputs['k3'], inputs['v3'])]",
         reference=_cache_reference, rtol=0, atol=0),
     "test_generate": Probe(inputs=_generate_inputs, code=GENERATE_CODE, reference=_generate_reference,
-                           rtol=1e-9, atol=1e-9),
+                           rtol=1e-9, atol=1e-9,
+                           # 6 + 30 tokens past max_seq_len = 32, and an empty prompt
+                           refusals=("generate(model, prompt, 30)", "generate(model, prompt[:, :0], 3)")),
 }

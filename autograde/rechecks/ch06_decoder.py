@@ -168,7 +168,8 @@ PROBES = {
         code="import torch\n" + LOAD + "attn = _load(MultiHeadAttention(24, 3), 'attn')\n"
              "with torch.no_grad():\n"
              "    result = list(cross_attention(attn, inputs['x'], inputs['memory'], inputs['source_mask']))",
-        reference=_cross_reference),
+        reference=_cross_reference,
+        refusals=("cross_attention(attn, inputs['x'], inputs['memory'], inputs['source_mask'][:, :3])",)),
     "test_decoder_layer": Probe(inputs=_layer_inputs, code="import torch\n" + LAYER_CODE, reference=_layer_reference,
                                 rtol=1e-9, atol=1e-9),
     "test_transformer": Probe(inputs=_model_inputs, code=DECODE_CODE, reference=_decode_reference,

@@ -116,7 +116,8 @@ def _rope_inputs(g):
 
 def _rope_reference(i):
     from attnlab.layers.rope import apply_rope
-    return tuple(apply_rope(i["x"], i["positions"], theta) for theta in (10000.0, 100000.0))
+    return (*(apply_rope(i["x"], i["positions"], theta) for theta in (10000.0, 100000.0)),
+            apply_rope(i["x"].bfloat16(), i["positions"], 10000.0).double(), torch.tensor(1.0))
 
 
 def _swiglu_module():
@@ -280,19 +281,30 @@ def _unpermute_reference(i):
 
 
 PROBES = {
-    "test_rms_norm": Probe(inputs=_rms_inputs, code=RMS_CODE, reference=_rms_reference),
+    "test_rms_norm": Probe(inputs=_rms_inputs, code=RMS_CODE, reference=_rms_reference,
+                           refusals=("RMSNorm(4)(torch.randn(2, 5))",)),
     "test_rope": Probe(inputs=_rope_inputs,
-                       code="result = [apply_rope(inputs['x'], inputs['positions'], theta) "
-                            "for theta in (10000.0, 100000.0)]",
-                       reference=_rope_reference, rtol=1e-6, atol=1e-6),
+                       code="import torch\nresult = [apply_rope(inputs['x'], inputs['positions'], theta) "
+                            "for theta in (10000.0, 100000.0)]\n"
+                            "half = apply_rope(inputs['x'].bfloat16(), inputs['positions'], 10000.0)\n"
+                            "result += [half.double(), torch.tensor(float(half.dtype == torch.bfloat16))]",
+                       reference=_rope_reference, rtol=1e-6, atol=1e-6,
+                       # bfloat16 in, bfloat16 out, rotated in float32: within one bfloat16 rounding of the reference
+                       per_output={2: (1.6e-2, 1e-5)},
+                       refusals=("apply_rope(torch.randn(1, 1, 2, 7), torch.arange(2)[None, :])",)),
     "test_swiglu": Probe(inputs=_swiglu_inputs, code=LOAD + "result = [_load(SwiGLU(16, 24), 'ffn')(inputs['x'])]",
                          reference=_swiglu_reference),
-    "test_grouped_query_attention": Probe(inputs=_gqa_inputs, code=GQA_CODE, reference=_gqa_reference),
+    "test_grouped_query_attention": Probe(
+        inputs=_gqa_inputs, code=GQA_CODE, reference=_gqa_reference,
+        refusals=("grouped_query_attention(torch.randn(1, 6, 2, 4), torch.randn(1, 4, 2, 4), torch.randn(1, 4, 2, 4))",)),
     "test_gqa_layer": Probe(inputs=_layer_inputs, code=LAYER_CODE, reference=_layer_reference, rtol=1e-6, atol=1e-6),
     "test_llama_block": Probe(inputs=_block_inputs, code=BLOCK_CODE, reference=_block_reference,
                               rtol=1e-6, atol=1e-6),
-    "test_llama": Probe(inputs=_llama_inputs, code=LLAMA_CODE, reference=_llama_reference, rtol=0, atol=0),
+    "test_llama": Probe(inputs=_llama_inputs, code=LLAMA_CODE, reference=_llama_reference, rtol=0, atol=0,
+                        refusals=("model.new_caches(1, config.max_seq_len + 1)",)),
     "test_unpermute_qk": Probe(inputs=_unpermute_inputs, code="result = [unpermute_qk(inputs['k'], 3), "
                                                               "unpermute_qk(inputs['q'], 9)]",
-                               reference=_unpermute_reference, rtol=0, atol=0),
+                               reference=_unpermute_reference, rtol=0, atol=0,
+                               # rows that are not whole heads, and heads of an odd size
+                               refusals=("unpermute_qk(torch.zeros(10, 4), 3)", "unpermute_qk(torch.zeros(6, 4), 2)")),
 }

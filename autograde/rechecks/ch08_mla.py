@@ -121,8 +121,20 @@ cache = LatentCache(3, 9, 10, 4, n_rope_heads=2, dtype=torch.float64)
 first = cache.append(inputs["c_kv"][:, :, :4], inputs["k_rope"][:, :, :4])
 c_all, k_all = cache.append(inputs["c_kv"][:, :, 4:], inputs["k_rope"][:, :, 4:])
 small = LatentCache(1, 1, 512, 64, dtype=torch.bfloat16)
-result = [c_all, k_all, first[0], torch.tensor([float(cache.nbytes), float(cache.length), float(small.nbytes)])]
+result = [c_all.clone(), k_all.clone(), first[0].clone(),
+          torch.tensor([float(cache.nbytes), float(cache.length), float(small.nbytes)])]
 '''
+
+# The cache above holds 6 of 9 positions, a latent of 10 and 2 rotary heads of 4, in float64. Each must raise
+# ValueError: a latent of the wrong width, the wrong number of rotary heads, too many tokens, another dtype, another
+# batch size, c_kv and k_rope of different lengths.
+CACHE_REFUSALS = tuple(f"cache.append(torch.randn{c}, torch.randn{k})" for c, k in (
+    ("(3, 1, 1, 11, dtype=torch.float64)", "(3, 2, 1, 4, dtype=torch.float64)"),
+    ("(3, 1, 1, 10, dtype=torch.float64)", "(3, 3, 1, 4, dtype=torch.float64)"),
+    ("(3, 1, 4, 10, dtype=torch.float64)", "(3, 2, 4, 4, dtype=torch.float64)"),
+    ("(3, 1, 1, 10)", "(3, 2, 1, 4)"),
+    ("(1, 1, 1, 10, dtype=torch.float64)", "(1, 2, 1, 4, dtype=torch.float64)"),
+    ("(3, 1, 1, 10, dtype=torch.float64)", "(3, 2, 2, 4, dtype=torch.float64)")))
 
 
 def _cache_reference(i):
@@ -158,12 +170,20 @@ def _absorbed_reference(i):
 
 
 PROBES = {
-    "test_latent_kv": Probe(inputs=_latent_kv_inputs, code=LATENT_KV_CODE, reference=_latent_kv_reference),
+    "test_latent_kv": Probe(
+        inputs=_latent_kv_inputs, code=LATENT_KV_CODE, reference=_latent_kv_reference,
+        # 24 outputs that do not split into kv_lora_rank + a positive multiple of qk_rope_head_dim
+        refusals=tuple(f"latent_kv(inputs['h'], _linear(inputs['w_dkv3']), nn.Identity(), {rank}, {rope})"
+                       for rank, rope in ((12, 5), (30, 4), (24, 4)))),
     "test_decoupled_rope": Probe(inputs=_rope_inputs, code=ROPE_CODE, reference=_rope_reference, rtol=1e-6, atol=1e-6),
-    "test_naive_latent_attention": Probe(inputs=_attention_inputs, code=_attention_code("naive_latent_attention"),
-                                         reference=_attention_reference),
+    "test_naive_latent_attention": Probe(
+        inputs=_attention_inputs, code=_attention_code("naive_latent_attention"), reference=_attention_reference,
+        # a w_ukv of the wrong shape, and 3 rotary key heads for 4 query heads
+        refusals=("naive_latent_attention(*args, inputs['k_rope'], inputs['w_ukv'][:-1], 5)",
+                  "naive_latent_attention(*args, torch.randn(2, 3, 7, 4, dtype=torch.float64), inputs['w_ukv'], 5)")),
     "test_absorbed_latent_attention": Probe(inputs=_attention_inputs,
                                             code=_attention_code("absorbed_latent_attention") + NEVER_EXPANDS,
                                             reference=_absorbed_reference, rtol=1e-9, atol=1e-10),
-    "test_latent_cache": Probe(inputs=_cache_inputs, code=CACHE_CODE, reference=_cache_reference, rtol=0, atol=0),
+    "test_latent_cache": Probe(inputs=_cache_inputs, code=CACHE_CODE, reference=_cache_reference, rtol=0, atol=0,
+                               refusals=CACHE_REFUSALS),
 }

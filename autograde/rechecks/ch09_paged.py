@@ -83,7 +83,8 @@ result = [k_pool, v_pool, torch.tensor([refused], dtype=torch.float64)]
 
 GATHER_CODE = '''
 args = (inputs["block_tables"], inputs["context_lens"])
-result = [gather_paged(inputs["k_pool"], *args), paged_attention(inputs["q"], inputs["k_pool"], inputs["v_pool"], *args)]
+result = [gather_paged(inputs["k_pool"], *args), paged_attention(inputs["q"], inputs["k_pool"], inputs["v_pool"], *args),
+          torch.tensor([float(gather_paged(inputs["k_pool"].float(), *args).dtype == torch.float32)])]
 '''
 
 COW_CODE = STAND_INS + '''
@@ -261,15 +262,28 @@ def _schedule_inputs(g):
             "crowded_free": torch.randint(0, 3, (4,), generator=g), "crowded_blocks": torch.randint(1, 4, (4, 4), generator=g)}
 
 
-def _probe(inputs, code, rtol=0.0, atol=0.0):
-    return Probe(inputs=inputs, code=code, reference=_course(code), rtol=rtol, atol=atol)
+def _probe(inputs, code, rtol=0.0, atol=0.0, refusals=()):
+    return Probe(inputs=inputs, code=code, reference=_course(code), rtol=rtol, atol=atol, refusals=refusals)
 
 
 PROBES = {
-    "test_block_allocator": _probe(_allocator_inputs, ALLOCATOR_CODE),
-    "test_block_table": _probe(_table_inputs, TABLE_CODE),
-    "test_write_paged": _probe(_write_inputs, WRITE_CODE),
-    "test_gather_paged": _probe(_gather_inputs, GATHER_CODE, rtol=1e-12, atol=1e-12),
+    # freeing or sharing a free block, or one outside the pool of 12
+    "test_block_allocator": _probe(_allocator_inputs, ALLOCATOR_CODE, refusals=(
+        "BlockAllocator(3).free(0)", "BlockAllocator(3).share(1)", "pool.free(12)", "pool.share(-1)")),
+    # a table without ceil(num_tokens / block_size) blocks, a position outside the table
+    "test_block_table": _probe(_table_inputs, TABLE_CODE, refusals=(
+        "append_slot([1], 5, 4, _Scripted([2]))", "append_slot([], 3, 4, _Scripted([2]))",
+        "slot_mapping([1, 2], torch.tensor([8]), 4)", "slot_mapping([1], torch.tensor([-1]), 4)")),
+    # keys of the wrong shape or dtype, a slot outside the pool of 40 (the pool must stay as it is: output 0 and 1)
+    "test_write_paged": _probe(_write_inputs, WRITE_CODE, refusals=(
+        "write_paged(k_pool, v_pool, inputs['k'][:, :2], inputs['v'][:, :2], inputs['slots'])",
+        "write_paged(k_pool, v_pool, inputs['k'].float(), inputs['v'].float(), inputs['slots'])",
+        "write_paged(k_pool, v_pool, inputs['k'][:2], inputs['v'][:2], torch.tensor([5, 40]))")),
+    # a length beyond the table (3 blocks of 8), a length of 0, a table entry outside the pool of 20
+    "test_gather_paged": _probe(_gather_inputs, GATHER_CODE, rtol=1e-12, atol=1e-12, refusals=(
+        "gather_paged(inputs['k_pool'], inputs['block_tables'][:1], torch.tensor([25]))",
+        "gather_paged(inputs['k_pool'], inputs['block_tables'][:1], torch.tensor([0]))",
+        "gather_paged(inputs['k_pool'], torch.tensor([[0, 20]]), torch.tensor([9]))")),
     "test_copy_on_write": _probe(_cow_inputs, COW_CODE),
     "test_prefix_cache": _probe(_prefix_inputs, PREFIX_CODE),
     "test_schedule": _probe(_schedule_inputs, SCHEDULE_CODE),
