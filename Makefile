@@ -20,12 +20,13 @@ DECODING := env -u OMP_WAIT_POLICY
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve test lab refresh check sync export chat engine grade bench train clean student-release i18n-extract
+.PHONY: help system setup book serve test test-fast lab refresh check sync export chat engine grade bench train clean student-release i18n-extract
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
 	@echo "make serve    serve the website on http://127.0.0.1:$(PORT)"
 	@echo "make test     run every check (the CI command)"
+	@echo "make test-fast   the checks that take seconds, not minutes: all but grading, the site and the students' copies"
 	@echo "make lab      JupyterLab on work/, your own copy of exercises/ (students; LAB_PORT=$(LAB_PORT); LANG=zh: 中文)"
 	@echo "make refresh  bring work/ up to date with changed releases, keeping your answers (LANG=zh|en switches)"
 	@echo "make check NB=ch01   run your notebook in work/ from the top, as the grader will, and list its checks"
@@ -83,8 +84,15 @@ serve: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book
 	$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
+# Two processes (pytest-xdist): half the suite waits on browsers, servers and timeouts, which the other half's
+# computing fills. Tests that share an expensive fixture stay in one process (tests/conftest.py).
+TEST_PROCESSES ?= 2
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup
+
+# The inner loop: everything but grading whole classes, the website in a browser, and the students' own copies.
+test-fast: $(STAMP)
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup -m "not slow"
 
 # The course's language comes only from make's command line (`make lab LANG=zh`): the shell's own LANG (a locale
 # such as C.UTF-8) is not a choice of language. The commands then run with a real locale again.

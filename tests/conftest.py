@@ -45,3 +45,17 @@ def graded_folder(graded):
         graded(assignment)
         return GRADED_FOLDERS[assignment]
     return get
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs the suite in two processes (pytest-xdist, --dist loadgroup): half of it waits on browsers,
+    servers and timeouts, which the other half's computing fills. A process computes each expensive fixture for
+    itself, so the tests that share one run in the same process: those of one module (module fixtures: a site,
+    a class graded once), and all that use a chapter's `graded` submissions, whatever their module."""
+    for item in items:
+        params = getattr(item, "callspec", None) and item.callspec.params
+        if {"graded", "graded_folder"} & set(item.fixturenames) and params and "assignment" in params:
+            group = f"graded-{params['assignment']}"
+        else:
+            group = item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))

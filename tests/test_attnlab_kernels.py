@@ -306,6 +306,7 @@ def test_launchers_refuse_bad_input_with_clear_errors():
             call()
 
 
+@pytest.mark.slow
 def test_the_gpu_benchmark_script_runs_at_tiny_sizes_in_the_interpreter(repo):
     """bench/gpu_paged.py is prepared here and run on a GPU: --smoke runs all of its code paths at tiny sizes."""
     run = subprocess.run([sys.executable, "-m", "bench.gpu_paged", "--smoke"], cwd=repo, capture_output=True, text=True,

@@ -10,6 +10,8 @@ import pytest
 
 from tests.browser import browser, serve
 
+pytestmark = pytest.mark.slow       # grades classes or drives the built site: not in `make test-fast`
+
 CHAPTERS = ["book/ch01_qkv_softmax", "book/ch02_multihead", "book/ch03_add_norm_ffn", "book/ch04_encoder",
             "book/ch05_decoding", "book/ch06_decoder", "book/ch07_llama_gqa",
             "book/ch08_mla", "book/ch09_paged", "book/ch10_paged_kernels"]

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import nbformat
+import pytest
 
 from tests.submissions import REPO, released, submission
 
@@ -163,6 +164,7 @@ print("decode attention:", engine.attention, "| equal to generate:", all(outputs
 """
 
 
+@pytest.mark.slow
 def test_students_own_llama_chats_with_smollm2(tmp_path):
     """Every chapter filled in as a student would, exported: `make chat ATTNLAB=_student` (attnlab.chat on that
     package alone) loads SmolLM2's real weights into the student's Llama and answers; the student's chapter 8

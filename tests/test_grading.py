@@ -12,6 +12,8 @@ from coursekit.sync import chapter_notebooks
 from tests.grading import cells, wrong_result
 from tests.submissions import known_wrong, released, solution_code
 
+pytestmark = pytest.mark.slow       # grades classes or drives the built site: not in `make test-fast`
+
 ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
 HIDDEN_MARK = "### BEGIN HIDDEN TESTS"
 

@@ -14,6 +14,8 @@ import pytest
 from tests.grading import cells, grade_files
 from tests.submissions import REPO, known_wrong, released, solution_code, submission, write
 
+pytestmark = pytest.mark.slow       # grades classes or drives the built site: not in `make test-fast`
+
 A = "ch01_qkv_softmax"
 WRONG = {w["name"]: w for w in known_wrong(A)}
 

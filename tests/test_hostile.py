@@ -20,6 +20,8 @@ import pytest
 from tests.hostile_cases import A, cases, hidden_lines
 from tests.submissions import REPO, write
 
+pytestmark = pytest.mark.slow       # grades classes or drives the built site: not in `make test-fast`
+
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):

@@ -64,6 +64,7 @@ def test_reference_solution_passes_every_probe(assignment):
         assert verdicts(assignment, seed=seed) == {name: "" for name in probes_for(assignment)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("assignment", WITH_PROBES)
 def test_known_wrong_implementations_fail_their_probes(assignment):
     wrongs = known_wrong(assignment)

@@ -11,6 +11,8 @@ import pytest
 from coursekit.sync import chapter_notebooks
 from tests.grading import ZH, packed_wrongs, wrongs_id
 
+pytestmark = pytest.mark.slow       # grades classes or drives the built site: not in `make test-fast`
+
 ASSIGNMENTS = [nb.parent.name for nb in chapter_notebooks()]
 
 
