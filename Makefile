@@ -84,15 +84,15 @@ serve: $(STAMP)
 	@test -f _build/html/index.html || $(MAKE) book
 	$(PY) -m http.server --bind 127.0.0.1 --directory _build/html $(PORT)
 
-# Two processes (pytest-xdist): half the suite waits on browsers, servers and timeouts, which the other half's
-# computing fills. Tests that share an expensive fixture stay in one process (tests/conftest.py).
+# Two processes (pytest-xdist), a test module in one: half the suite waits on browsers, servers and timeouts,
+# which the other half's computing fills. Each chapter's graded class is shared by both (tests/conftest.py).
 TEST_PROCESSES ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 # The inner loop: everything but grading whole classes, the website in a browser, and the students' own copies.
 test-fast: $(STAMP)
-	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadgroup -m "not slow"
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile -m "not slow"
 
 # The course's language comes only from make's command line (`make lab LANG=zh`): the shell's own LANG (a locale
 # such as C.UTF-8) is not a choice of language. The commands then run with a real locale again.

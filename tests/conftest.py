@@ -1,4 +1,5 @@
 """Shared fixtures. Environment settings come first: they must precede importing torch."""
+import json
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -22,15 +23,29 @@ def repo() -> Path:
 def graded(tmp_path_factory):
     """graded(assignment) -> {student id: result}: each chapter's solution, untouched release, known-wrong
     implementations and cheats (grading.chapter_submissions), graded once per test session in one CLI call,
-    on first use, for every test module that checks grading."""
+    on first use, for every test module that checks grading.
+
+    `make test` runs the suite in two processes (pytest-xdist), each with its own session fixtures; the modules
+    that use a chapter's class may run in either. So the class is graded once into a folder both processes see,
+    under a lock: the first to need it grades it, the other waits and reads its results."""
+    from filelock import FileLock
+
     from tests.grading import grade_chapter
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent                 # the run's folder, above each process's own
     cache: dict[str, dict] = {}
 
     def get(assignment: str) -> dict[str, dict]:
         if assignment not in cache:
-            folder = tmp_path_factory.mktemp(f"{assignment}-graded")
+            folder = shared / f"{assignment}-graded"
+            with FileLock(str(folder) + ".lock"):
+                results = folder / "results.json"
+                if not results.is_file():
+                    graded_now = grade_chapter(assignment, folder)
+                    results.write_text(json.dumps(graded_now), encoding="utf-8")
+                cache[assignment] = json.loads(results.read_text(encoding="utf-8"))
             GRADED_FOLDERS[assignment] = folder
-            cache[assignment] = grade_chapter(assignment, folder)
         return cache[assignment]
     return get
 
@@ -45,17 +60,3 @@ def graded_folder(graded):
         graded(assignment)
         return GRADED_FOLDERS[assignment]
     return get
-
-
-def pytest_collection_modifyitems(config, items):
-    """`make test` runs the suite in two processes (pytest-xdist, --dist loadgroup): half of it waits on browsers,
-    servers and timeouts, which the other half's computing fills. A process computes each expensive fixture for
-    itself, so the tests that share one run in the same process: those of one module (module fixtures: a site,
-    a class graded once), and all that use a chapter's `graded` submissions, whatever their module."""
-    for item in items:
-        params = getattr(item, "callspec", None) and item.callspec.params
-        if {"graded", "graded_folder"} & set(item.fixturenames) and params and "assignment" in params:
-            group = f"graded-{params['assignment']}"
-        else:
-            group = item.module.__name__
-        item.add_marker(pytest.mark.xdist_group(group))

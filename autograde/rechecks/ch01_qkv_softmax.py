@@ -77,16 +77,17 @@ PROBES = {
              "result = [torch.from_numpy(numpy.asarray(softmax_np(inputs['x'].numpy(), axis=a), dtype=numpy.float64))"
              " for a in (0, 1, -1)]\n"
              "ints = numpy.asarray(softmax_np(numpy.array([[1, 2, 3]])))\n"
-             "result.append(torch.tensor([float(numpy.asarray(softmax_np(inputs['x32'].numpy())).dtype == numpy.float32),"
-             " float(numpy.issubdtype(ints.dtype, numpy.floating))]))\n"
+             "x32 = numpy.asarray(softmax_np(inputs['x32'].numpy()))\n"
+             "result.append(torch.tensor([float(x32.dtype == numpy.float32),\n"
+             "                            float(numpy.issubdtype(ints.dtype, numpy.floating))]))\n"
              "result.append(torch.from_numpy(ints.astype(numpy.float64)))",
         # float32 logits give float32 weights, and integer logits floating-point ones (the hidden tests' dtype rules)
         reference=lambda i: (*(torch.softmax(i["x"], dim=a) for a in (0, 1, -1)), torch.tensor([1.0, 1.0]),
                              torch.softmax(torch.tensor([[1.0, 2.0, 3.0]], dtype=torch.float64), dim=-1))),
     "test_softmax": Probe(
         inputs=lambda g: {"x": torch.randn(2, 5, 7, generator=g, dtype=torch.float64) * 300},
-        code=library_off("[softmax(inputs['x'], dim=d) for d in (0, 1, 2)]") + _float32_flags("softmax(inputs['x'].float(), dim=-1)")
-             + "result.append(flags)",
+        code=library_off("[softmax(inputs['x'], dim=d) for d in (0, 1, 2)]")
+             + _float32_flags("softmax(inputs['x'].float(), dim=-1)") + "result.append(flags)",
         reference=lambda i: (*(torch.softmax(i["x"], dim=d) for d in (0, 1, 2)), torch.tensor([1.0]))),
     "test_softmax_masked": Probe(
         inputs=lambda g: {"x": _masked_logits(g, (3, 4, 6))},

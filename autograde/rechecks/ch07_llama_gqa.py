@@ -296,7 +296,8 @@ PROBES = {
                          reference=_swiglu_reference),
     "test_grouped_query_attention": Probe(
         inputs=_gqa_inputs, code=GQA_CODE, reference=_gqa_reference,
-        refusals=("grouped_query_attention(torch.randn(1, 6, 2, 4), torch.randn(1, 4, 2, 4), torch.randn(1, 4, 2, 4))",)),
+        # 6 query heads over 4 KV heads: not whole groups
+        refusals=("grouped_query_attention(*(torch.randn(1, h, 2, 4) for h in (6, 4, 4)))",)),
     "test_gqa_layer": Probe(inputs=_layer_inputs, code=LAYER_CODE, reference=_layer_reference, rtol=1e-6, atol=1e-6),
     "test_llama_block": Probe(inputs=_block_inputs, code=BLOCK_CODE, reference=_block_reference,
                               rtol=1e-6, atol=1e-6),

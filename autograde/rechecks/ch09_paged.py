@@ -83,7 +83,8 @@ result = [k_pool, v_pool, torch.tensor([refused], dtype=torch.float64)]
 
 GATHER_CODE = '''
 args = (inputs["block_tables"], inputs["context_lens"])
-result = [gather_paged(inputs["k_pool"], *args), paged_attention(inputs["q"], inputs["k_pool"], inputs["v_pool"], *args),
+result = [gather_paged(inputs["k_pool"], *args),
+          paged_attention(inputs["q"], inputs["k_pool"], inputs["v_pool"], *args),
           torch.tensor([float(gather_paged(inputs["k_pool"].float(), *args).dtype == torch.float32)])]
 '''
 
