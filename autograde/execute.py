@@ -8,6 +8,8 @@ earn what they earn.
 from __future__ import annotations
 
 import copy
+import hashlib
+from dataclasses import dataclass
 
 from nbclient.exceptions import DeadKernelError
 from nbconvert.preprocessors import Preprocessor
@@ -107,19 +109,30 @@ class SandboxedExecute(Execute):
                     shutil.copyfile(data, work / data.name)
         started = time.time()
         run = sandbox.python(work, Path(self.package) if self.package else None, "execute", "in.ipynb",
-                             "out.ipynb", str(self.timeout), limits=sandbox.Limits(wall_s=self.wall_s))
+                             "out.ipynb", str(self.timeout), limits=sandbox.Limits(wall_s=self.wall_s), reported=True)
         _record_timings(work, started, time.time(), nb)
         try:
-            executed = nbformat.reads(read_bytes(work / "out.ipynb", self.max_notebook_bytes).decode("utf-8"),
-                                      as_version=4)
-            if [c.get("id") for c in executed.cells] != [c.get("id") for c in nb.cells]:
-                raise UntrustedFileError("the notebook's cells were changed while it ran")
-            problem = ""
-        except (UntrustedFileError, UnicodeDecodeError, json.JSONDecodeError, nbformat.reader.NotJSONError,
-                ValueError) as exc:
-            executed, problem = None, str(exc)
+            data = read_bytes(work / "out.ipynb", self.max_notebook_bytes)
+        except (UntrustedFileError, OSError) as exc:
+            data, problem = None, str(exc)
+        record = run_record(run.report, data, run.timed_out)
+        (work.parent / RUN_RECORD).write_text(json.dumps({"flags": record.flags}))
+        executed = None
+        if data is not None:
+            try:
+                executed = nbformat.reads(data.decode("utf-8"), as_version=4)
+                if [c.get("id") for c in executed.cells] != [c.get("id") for c in nb.cells]:
+                    raise UntrustedFileError("the notebook's cells were changed while it ran")
+                problem = ""
+            except (UntrustedFileError, UnicodeDecodeError, json.JSONDecodeError, nbformat.reader.NotJSONError,
+                    ValueError) as exc:
+                executed, problem = None, str(exc)
         if run.timed_out:
             problem = f"the notebook did not finish within {self.wall_s} s"
+        if record.distrusted:
+            # What the notebook's run shows cannot be told from what a process it left behind wrote: no cell's
+            # outputs count, and the re-check grades every test cell out of process (worker.py).
+            executed, problem = nbformat.from_dict({"cells": [{} for _ in nb.cells]}), record.distrusted
         for index, cell in enumerate(nb.cells):
             if cell.cell_type != "code":
                 continue
@@ -137,6 +150,41 @@ class SandboxedExecute(Execute):
         if executed is None:
             self.log.error("sandboxed execution failed: %s\n%s", problem, run.output[-3000:])
         return nb, resources
+
+
+RUN_RECORD = "run.json"      # beside the sandbox's work folder, out of its reach: what the grader concluded
+
+
+@dataclass
+class RunRecord:
+    flags: list[str]            # why the instructor should look at this submission, in the grader's words
+    distrusted: str = ""        # why the run's notebook cannot be used at all, or ""
+
+
+def run_record(report: list[dict], data: bytes | None, timed_out: bool) -> RunRecord:
+    """What the sandbox runner's private report (sandbox_runner.private_channel) says of a run.
+
+    report: its lines, in order: {"notebook": sha256 of each out.ipynb it wrote}, {"kernel": what the check
+    after the last cell found changed in the kernel}, {"done": true} at its end, or {"error": why it failed}.
+    data: out.ipynb as the grader found it (None: missing or unreadable). timed_out: stopped by the grader's wall clock,
+    which is no one's doing, so a check that it cut short is not held against the submission."""
+    flags, distrusted = [], ""
+    written = [entry["notebook"] for entry in report if "notebook" in entry]
+    if (data is None) != (not written) or (data is not None and hashlib.sha256(data).hexdigest() != written[-1]):
+        distrusted = ("the notebook's results were changed after the grader wrote them, by a process the notebook "
+                      "started, so none of them counts")
+        flags.append(distrusted)
+    changes = next((entry["kernel"] for entry in report if "kernel" in entry), None)
+    if isinstance(changes, list) and changes:
+        flags.append("the notebook changed how its kernel runs cells: " + "; ".join(str(c)[:200] for c in changes[:20]))
+    elif changes is None and not timed_out:
+        errors = [str(entry["error"])[:300] for entry in report if "error" in entry]
+        why = (f"the grader's runner failed ({errors[-1]})" if errors
+               else "the kernel kept dying (the grader reruns a notebook at most three times)"
+               if any(entry.get("done") for entry in report)
+               else "the grader's runner was stopped before its end, by the notebook's code")
+        flags.append(f"the grader could not check the kernel after the last cell: {why}")
+    return RunRecord(flags, distrusted)
 
 
 def _record_timings(work, started: float, ended: float, nb) -> None:

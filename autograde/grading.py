@@ -270,8 +270,8 @@ def _read_result(course: Course, student: str, notes: list[str]) -> Result:
         notes = [*notes, f"flagged: {flagged['kernel']}"]
     for gid in recheck.get("rescued", []):
         errors.pop(gid, None)           # its NotRun error no longer stands
-        notes = [*notes, f"the notebook ran past its time limit before test cell '{gid}'; the re-check graded it "
-                         "outside the notebook, and it passed"]
+        notes = [*notes, f"the notebook's run gave test cell '{gid}' no usable result (it ran past its time limit "
+                         "first, or was stopped); the re-check graded it outside the notebook, and it passed"]
     with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as gb:
         nb = gb.find_submission_notebook(Path(course.notebook_name).stem, course.assignment, student)
         cells = [CellResult(g.name, float(g.score), float(g.max_score), errors.get(g.name, ""), flagged.get(g.name, ""))

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autograde.memory_group import MemoryGroup, stop_largest_if_over, submission_memory_bytes
@@ -45,6 +45,10 @@ class Result:
     returncode: int
     output: str
     timed_out: bool
+    report: list[dict] = field(default_factory=list)    # what the runner sent over its private channel (reported=True)
+
+
+REPORT_MAX_BYTES = 2**20      # a report line is a digest or a short list: a megabyte is thousands of cells
 
 
 def available() -> str | None:
@@ -136,10 +140,15 @@ def _limit(limits: Limits, group: MemoryGroup | None = None):
     return apply
 
 
-def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limits()) -> Result:
+def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limits(), reported: bool = False) -> Result:
     """Run `argv` in the sandbox; `work` becomes the writable /tmp/sandbox/work, owned by the run's user. All of
     its processes together hold at most submission_memory_bytes(): in a memory cgroup where one can be made,
-    else under a watchdog that stops the largest process of the run's user (autograde/memory_group.py)."""
+    else under a watchdog that stops the largest process of the run's user (autograde/memory_group.py).
+
+    reported: `argv` gets one more argument, the number of a file descriptor it may write JSON lines to
+    (Result.report). The file lies outside the sandbox, and only the process given the descriptor holds it;
+    sandbox_runner.py keeps it from the kernel it starts, so what arrives there comes from the runner, whatever
+    the student's code does to the files of the work folder."""
     uid = run_uid()
     os.chown(work, uid, uid)
     for path in work.rglob("*"):
@@ -148,9 +157,11 @@ def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limi
     group = MemoryGroup.create(f"autograde-{uid}-{os.getpid()}", total)
     # Output goes to a file, not a pipe: a flood must not fill the grader's memory (the file is capped
     # by the file-size limit), and only its tail is kept.
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(command(argv, work, package, uid), stdout=log, stderr=subprocess.STDOUT,
-                                preexec_fn=_limit(limits, group), start_new_session=True)
+    with tempfile.TemporaryFile() as log, tempfile.TemporaryFile() as channel:
+        passed = (channel.fileno(),) if reported else ()
+        proc = subprocess.Popen(command(argv + [str(fd) for fd in passed], work, package, uid), stdout=log,
+                                stderr=subprocess.STDOUT, preexec_fn=_limit(limits, group), start_new_session=True,
+                                pass_fds=passed)
         deadline, timed_out = time.monotonic() + limits.wall_s, False
         while True:
             try:
@@ -168,9 +179,31 @@ def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limi
             group.remove()
         log.seek(max(0, log.seek(0, os.SEEK_END) - 20000))
         output = log.read().decode(errors="replace")
-    return Result(proc.returncode, output, timed_out)
+        report = _report_lines(channel) if reported else []
+    return Result(proc.returncode, output, timed_out, report)
 
 
-def python(work: Path, package: Path | None, *args: str, limits: Limits = Limits()) -> Result:
-    """Run sandbox_runner.py with `args` in the sandbox."""
-    return run([sys.executable, "/tmp/sandbox/runner.py", *args], work, package, limits)
+def _report_lines(channel) -> list[dict]:
+    """The runner's JSON lines, the last REPORT_MAX_BYTES of them (what counts is the end); a line cut short
+    (the runner killed while writing it) ends the list."""
+    import json
+    start = max(0, channel.seek(0, os.SEEK_END) - REPORT_MAX_BYTES)
+    channel.seek(start)
+    pieces = channel.read().split(b"\n")
+    if start > 0:
+        pieces = pieces[1:]                           # the first line was cut by the window
+    lines = []
+    for line in pieces[:-1]:                          # the last piece has no newline: incomplete, or empty
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            break
+        if not isinstance(entry, dict):
+            break
+        lines.append(entry)
+    return lines
+
+
+def python(work: Path, package: Path | None, *args: str, limits: Limits = Limits(), reported: bool = False) -> Result:
+    """Run sandbox_runner.py with `args` in the sandbox (reported: see run())."""
+    return run([sys.executable, "/tmp/sandbox/runner.py", *args], work, package, limits, reported)

@@ -2,11 +2,12 @@
 
 It imports nothing from this repository (only this file is mounted), so it can be read on its own:
 
-    python sandbox_runner.py execute NOTEBOOK.ipynb OUT.ipynb CELL_TIMEOUT_S
+    python sandbox_runner.py execute NOTEBOOK.ipynb OUT.ipynb CELL_TIMEOUT_S [REPORT_FD]
         Run a notebook cell by cell in a fresh python3 kernel. A cell that runs past CELL_TIMEOUT_S is
         interrupted; one that ignores the interrupt (it catches KeyboardInterrupt, or sits in C code) is
         stopped GRACE_S later by killing the kernel. A cell that kills the kernel or has to be stopped is
-        replaced by an error and the notebook rerun; each cell's output is capped.
+        replaced by an error and the notebook rerun; each cell's output is capped. To REPORT_FD, a file
+        only this process holds, go the digest of each OUT.ipynb written, the check of the kernel, and the end.
     python sandbox_runner.py probe CODE.json INPUTS.safetensors OUT_DIR CELL_TIMEOUT_S
         In this plain process (no kernel, no IPython hooks), run the student's code cells, then each
         probe's code, and save each probe's `result` tensors for the trusted grader to compare. Each step
@@ -32,10 +33,12 @@ CELL_STOPPED = "CellStopped"    # ran past the limit, ignored the interrupt, and
 REAL_VALUE_ERROR = ValueError   # taken before any student code runs: the probes' refusals check for this class
 
 
-def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
+def execute(notebook_path: str, out_path: str, cell_timeout_s: str, report_fd: str = "") -> None:
     import asyncio
     import os
     import signal
+
+    report = private_channel(int(report_fd)) if report_fd else (lambda **entry: None)
 
     # Skip a 1.4 s import that nbformat's jsonschema makes for a format no notebook uses (autograde/__init__.py).
     sys.modules.setdefault("rfc3987_syntax", None)
@@ -140,7 +143,7 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
         def executed(cell_index, **_):
             # Written after every cell, so that a run stopped from outside still shows what it did.
             run["cells"][cell_index] = time.time()
-            nbformat.write(mark_skipped(client.nb), out_path)
+            save(mark_skipped(client.nb), out_path, report)
         client.on_cell_executed = executed
         client.on_notebook_start = lambda **_: run.update(kernel_ready=time.time())
         try:
@@ -150,22 +153,59 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str) -> None:
             if index is None or index in skipped or len(skipped) >= MAX_RERUNS:
                 # out.ipynb holds what ran (the grader marks the rest as not run); say which cell was the last
                 skipped[index if index is not None else -1] = CELL_STOPPED if client.stuck == index else KERNEL_DIED
-                nbformat.write(mark_skipped(client.nb), out_path)
+                # The grader's check of the kernel, after the last cell, has not run: the grader says so.
+                save(mark_skipped(client.nb), out_path, report)
+                report(done=True)
                 return
             skipped[index] = CELL_STOPPED if client.stuck == index else KERNEL_DIED
             continue
         break
     timings["end"] = time.time()
-    with open(out_path + ".timings.json", "w", encoding="utf-8") as handle:
-        json.dump(timings, handle)
+    # Reported first: nothing the notebook left behind in the work folder (a directory in the way of a file
+    # written below, say) can stop the check's answer from reaching the grader.
+    report(kernel=kernel_changes(trial.cells[-1], nonce))
     for index in client.interrupted:
         # The cell's own KeyboardInterrupt says nothing a student can act on: say that the grader stopped it.
         trial.cells[index].outputs = [o for o in trial.cells[index].outputs if o.get("output_type") != "error"] + [
             nbformat.v4.new_output("error", ename=CELL_TIMEOUT, evalue=f"this cell ran past the {timeout} s limit "
                                    "and was interrupted", traceback=[f"{CELL_TIMEOUT}: interrupted at {timeout} s"])]
-    with open(out_path + ".kernel.json", "w", encoding="utf-8") as handle:
-        json.dump({"changes": kernel_changes(trial.cells[-1], nonce)}, handle)
-    nbformat.write(mark_skipped(trial), out_path)
+    save(mark_skipped(trial), out_path, report)
+    try:
+        with open(out_path + ".timings.json", "w", encoding="utf-8") as handle:
+            json.dump(timings, handle)
+    except OSError:          # a benchmark's figures (make bench), never part of a grade
+        pass
+    report(done=True)
+
+
+def private_channel(fd: int):
+    """report(**entry): one JSON line to `fd`, the grader's file outside the sandbox.
+
+    The kernel runs as this process's user, so it could otherwise reach the descriptor through /proc/<pid>/fd
+    or attach to this process and write the lines itself: a process that is not dumpable is closed to both.
+    The descriptor is also kept out of every process this one starts."""
+    import ctypes
+    import os
+    os.set_inheritable(fd, False)
+    PR_SET_DUMPABLE = 4
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+    def report(**entry) -> None:
+        os.write(fd, json.dumps(entry).encode() + b"\n")
+    return report
+
+
+def save(nb, out_path: str, report) -> None:
+    """Write the executed notebook and report the digest of the bytes written: the grader takes OUT.ipynb only
+    as this process left it, not as a process the notebook left running may have rewritten it."""
+    import hashlib
+
+    import nbformat
+    data = nbformat.writes(nb).encode("utf-8")
+    with open(out_path, "wb") as handle:
+        handle.write(data)
+    report(notebook=hashlib.sha256(data).hexdigest())
 
 
 # Run in the student's kernel after their last cell: what in it changes how IPython runs cells or reports their
@@ -356,9 +396,11 @@ if __name__ == "__main__":
     status = 0
     try:
         {"execute": execute, "probe": probe}[command](*args)
-    except Exception:
+    except Exception as error:
         traceback.print_exc()
         status = 1
+        if command == "execute" and len(args) == 4:       # the grader hears why the run ended early
+            os.write(int(args[3]), json.dumps({"error": f"{type(error).__name__}: {error}"[:300]}).encode() + b"\n")
     # Everything is written: end now. A probe run has executed the student's code in this process, and a thread
     # it started or an atexit hook it registered must not hold the runner until the wall clock stops it.
     sys.stdout.flush()

@@ -176,11 +176,11 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
                 grade.manual_score = grade.max_score
                 rescued.append(cell)
         gb.db.commit()
-    changes = _kernel_changes(Path(course)) if sandboxed else []
-    if changes:
-        # Whatever the scores: such a change can forge a pass in the kernel, and only the tests the re-check
-        # confirmed out of process kept their points.
-        flags[KERNEL] = "the notebook changed how its kernel runs cells: " + "; ".join(changes)
+    record = _run_flags(Path(course)) if sandboxed else []
+    if record:
+        # Whatever the scores: a changed kernel can forge a pass in it, and a run whose record was tampered with
+        # or cut short cannot vouch for its own; only the tests the re-check confirmed out of process kept points.
+        flags[KERNEL] = "; ".join(record)
     (Path(course) / "recheck.json").write_text(json.dumps({"verdicts": verdicts, "flagged": flags,
                                                             "rescued": rescued}))
     if flags or rescued:
@@ -219,17 +219,17 @@ def _write_timings(course: Path, phases: dict[str, float]) -> None:
 KERNEL = "kernel"      # recheck.json's flag for a change to the kernel itself, beside the test cells' flags
 
 
-def _kernel_changes(course: Path) -> list[str]:
-    """What the sandbox runner's check after the last cell found changed in the student's kernel (a custom
-    exception handler, input transformers, event callbacks, a patched run_cell, a trace function)."""
+def _run_flags(course: Path) -> list[str]:
+    """What the grader concluded from the sandbox runner's private report (execute.run_record): a change to the
+    kernel (a custom exception handler, input transformers, event callbacks, a patched run_cell, a trace
+    function), a tampered record of the run, or a check after the last cell that never ran."""
     import json
 
-    from autograde.untrusted import UntrustedFileError, read_bytes
+    from autograde.execute import RUN_RECORD
     try:
-        found = json.loads(read_bytes(course / "sandbox" / "execute" / "out.ipynb.kernel.json", 2**16))["changes"]
-    except (UntrustedFileError, OSError, ValueError, KeyError, TypeError):
-        return []               # not written: the notebook was stopped before the check could run
-    return [str(item)[:200] for item in found][:20] if isinstance(found, list) else ["an unreadable answer"]
+        return list(json.loads((course / "sandbox" / RUN_RECORD).read_text(encoding="utf-8"))["flags"])
+    except FileNotFoundError:
+        return []               # no sandboxed run: nbgrader failed before it, and says so
 
 
 def _unreached_tests(notebook) -> set[str]:
@@ -262,9 +262,10 @@ def _explain_in_feedback(autograded: Path, flags: dict[str, str], rescued: list[
                 "plain Python, as they do in your own package after `make export`. Flagged for the instructor."))
         if gid in rescued:
             cells.append(nbformat.v4.new_markdown_cell(
-                "**Graded outside the notebook.** The notebook ran past its time limit for a whole submission before "
-                "it reached this cell (a slow cell, or a busy grading machine). The functions this cell tests were "
-                "run outside the notebook instead, on new inputs, and passed: full points."))
+                "**Graded outside the notebook.** The notebook's run gave this cell no result the grader could use: "
+                "it ran past its time limit for a whole submission before it reached this cell (a slow cell, or a "
+                "busy grading machine), or it was stopped (see the note on top). The functions this cell tests "
+                "were run outside the notebook instead, on new inputs, and passed: full points."))
     nb.cells = cells
     nbformat.write(nb, autograded)
 

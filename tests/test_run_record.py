@@ -1,0 +1,64 @@
+"""What the grader concludes from the sandbox runner's private report (autograde/execute.py, run_record).
+
+The runner reports the digest of every out.ipynb it writes, the check of the kernel after the last cell, and its
+end, on a descriptor only it holds. Everything in the sandbox's work folder can be rewritten by a process the
+notebook leaves running, so the report decides: these are the cases it must tell apart. test_hostile.py has the
+same attacks, made by real submissions through the CLI."""
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from autograde.execute import run_record
+
+NOTEBOOK = b'{"cells": []}\n'
+DIGEST = hashlib.sha256(NOTEBOOK).hexdigest()
+FINISHED = [{"notebook": "0" * 64}, {"notebook": DIGEST}, {"kernel": []}, {"notebook": DIGEST}, {"done": True}]
+
+
+def test_a_run_that_ended_as_the_runner_wrote_it_is_trusted_and_unflagged():
+    record = run_record(FINISHED, NOTEBOOK, timed_out=False)
+    assert record.flags == [] and record.distrusted == ""
+
+
+def test_a_changed_kernel_is_flagged_and_the_notebook_still_counts():
+    record = run_record([{"notebook": DIGEST}, {"kernel": ["a custom exception handler"]}, {"done": True}],
+                        NOTEBOOK, timed_out=False)
+    assert record.distrusted == "" and len(record.flags) == 1
+    assert "changed how its kernel runs cells: a custom exception handler" in record.flags[0]
+
+
+@pytest.mark.parametrize("found", [NOTEBOOK + b" ", None], ids=["rewritten", "missing or unreadable"])
+def test_a_notebook_other_than_the_runners_last_is_not_used(found):
+    record = run_record(FINISHED, found, timed_out=False)
+    assert "changed after the grader wrote them" in record.distrusted
+    assert record.distrusted in record.flags
+
+
+def test_a_notebook_the_runner_never_reported_is_not_used():
+    record = run_record([{"kernel": []}, {"done": True}], NOTEBOOK, timed_out=False)
+    assert record.distrusted
+
+
+def test_forged_lines_before_the_runners_own_change_nothing():
+    """The first "kernel" line counts: the runner writes exactly one, after the last cell."""
+    record = run_record([{"notebook": DIGEST}, {"kernel": ["an entry of ast_transformers"]}, {"kernel": []},
+                         {"done": True}], NOTEBOOK, timed_out=False)
+    assert record.flags and "ast_transformers" in record.flags[0]
+
+
+@pytest.mark.parametrize("report,why", [
+    ([{"notebook": DIGEST}], "runner was stopped before its end"),
+    ([{"notebook": DIGEST}, {"done": True}], "the kernel kept dying"),
+    ([{"notebook": DIGEST}, {"error": "OSError: disk full"}], "runner failed (OSError: disk full)"),
+])
+def test_a_run_whose_kernel_check_never_ran_is_flagged_with_the_reason(report, why):
+    record = run_record(report, NOTEBOOK, timed_out=False)
+    assert record.distrusted == "" and len(record.flags) == 1
+    assert record.flags[0].startswith("the grader could not check the kernel after the last cell") and why in record.flags[0]
+
+
+def test_the_wall_clock_cutting_the_check_short_is_nobodys_doing():
+    record = run_record([{"notebook": DIGEST}], NOTEBOOK, timed_out=True)
+    assert record.flags == [] and record.distrusted == ""
