@@ -27,31 +27,45 @@ WITH_PROBES = [nb.parent.name for nb in chapter_notebooks() if probes_for(nb.par
 
 def verdicts(assignment: str, replace: dict[str, str] | None = None, seed: int = 0) -> dict[str, str]:
     """The re-check as the grader runs it, minus the sandbox: autograde/sandbox_runner.py in a subprocess."""
+    return many_verdicts(assignment, [replace or {}], seed)[0]
+
+
+def many_verdicts(assignment: str, replacements: list[dict[str, str]], seed: int = 0) -> list[dict[str, str]]:
+    """verdicts() for each replacement, the runs forked from one process that imported the cells' modules once
+    (tests/probe_runs.py), on the same inputs."""
     probes = probes_for(assignment)
     generator = torch.Generator().manual_seed(seed)
     inputs = fresh_inputs(probes, generator)
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        for data in (REPO / "exercises" / assignment).iterdir():       # the notebook's data files, as in grading
-            if data.suffix != ".ipynb":
-                shutil.copyfile(data, work / data.name)
-        save_file({f"{name}.{key}": value.contiguous() for name, values in inputs.items()
-                   for key, value in values.items()}, str(work / "inputs.safetensors"))
-        (work / "code.json").write_text(json.dumps({
-            "cells": student_code_cells(submission(assignment, replace)),
-            "probes": {name: probe.sandbox_code for name, probe in probes.items()}}))
-        run = subprocess.run([sys.executable, str(REPO / "autograde" / "sandbox_runner.py"), "probe", "code.json",
-                              "inputs.safetensors", ".", "60"], cwd=work, capture_output=True, text=True, timeout=600,
-                             env={**os.environ, **GRADING_ENV})
-        assert run.returncode == 0, run.stderr
-        out = {}
-        for name, probe in probes.items():
-            result = work / f"{name}.safetensors"
-            if not result.is_file():
-                out[name] = "no result: " + json.loads((work / "report.json").read_text())["probes"][name]
-            else:
-                out[name] = compare(reference_outputs(probe, inputs[name]), load_file(str(result)), probe)
-        return out
+        folders = []
+        for number, replace in enumerate(replacements):
+            work = Path(tmp) / f"run{number}"
+            work.mkdir()
+            for data in (REPO / "exercises" / assignment).iterdir():       # the notebook's data files, as in grading
+                if data.suffix != ".ipynb":
+                    shutil.copyfile(data, work / data.name)
+            save_file({f"{name}.{key}": value.contiguous() for name, values in inputs.items()
+                       for key, value in values.items()}, str(work / "inputs.safetensors"))
+            (work / "code.json").write_text(json.dumps({
+                "cells": student_code_cells(submission(assignment, replace)),
+                "probes": {name: probe.sandbox_code for name, probe in probes.items()}}))
+            folders.append(str(work))
+        run = subprocess.run([sys.executable, "-m", "tests.probe_runs"], cwd=REPO, input=json.dumps(folders),
+                             capture_output=True, text=True, timeout=1800, env={**os.environ, **GRADING_ENV})
+        assert run.returncode == 0, run.stderr[-4000:]
+        statuses = json.loads(run.stdout.strip().splitlines()[-1])
+        assert statuses == [0] * len(folders), f"runner exit statuses {statuses}:\n{run.stderr[-4000:]}"
+        results = []
+        for folder in map(Path, folders):
+            out = {}
+            for name, probe in probes.items():
+                result = folder / f"{name}.safetensors"
+                if not result.is_file():
+                    out[name] = "no result: " + json.loads((folder / "report.json").read_text())["probes"][name]
+                else:
+                    out[name] = compare(reference_outputs(probe, inputs[name]), load_file(str(result)), probe)
+            results.append(out)
+        return results
 
 
 def test_chapters_with_probes():
@@ -68,8 +82,7 @@ def test_reference_solution_passes_every_probe(assignment):
 @pytest.mark.parametrize("assignment", WITH_PROBES)
 def test_known_wrong_implementations_fail_their_probes(assignment):
     wrongs = known_wrong(assignment)
-    with ThreadPoolExecutor(max_workers=2) as pool:            # each run is a process of its own
-        runs = list(pool.map(lambda wrong: verdicts(assignment, {wrong["cell"]: wrong["code"]}), wrongs))
+    runs = many_verdicts(assignment, [{wrong["cell"]: wrong["code"]} for wrong in wrongs])
     for wrong, got in zip(wrongs, runs):
         for cell in wrong["loses"]:
             if cell in got:
@@ -111,9 +124,10 @@ def test_stand_ins_are_passed_explicitly_wherever_the_code_lives():
     known-wrong generate, and charges a wrong cache or mask only to their own cells."""
     assignment = "ch05_decoding"
     moved = {"causal_lm": "from attnlab.models.causal_lm import CausalLM, CausalLMConfig, CausalSelfAttention\n"}
-    assert verdicts(assignment, moved) == {name: "" for name in probes_for(assignment)}
-    for wrong in known_wrong(assignment):
-        got = verdicts(assignment, {**moved, wrong["cell"]: wrong["code"]})
+    wrongs = known_wrong(assignment)
+    reference, *runs = many_verdicts(assignment, [moved] + [{**moved, wrong["cell"]: wrong["code"]} for wrong in wrongs])
+    assert reference == {name: "" for name in probes_for(assignment)}
+    for wrong, got in zip(wrongs, runs):
         for cell, verdict in got.items():
             assert bool(verdict) == (cell in wrong["loses"]), (wrong["name"], cell, verdict)
 
