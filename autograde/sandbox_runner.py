@@ -197,15 +197,24 @@ def private_channel(fd: int):
 
 
 def save(nb, out_path: str, report) -> None:
-    """Write the executed notebook and report the digest of the bytes written: the grader takes OUT.ipynb only
-    as this process left it, not as a process the notebook left running may have rewritten it."""
+    """Write the executed notebook and report the digest of its bytes: the grader takes OUT.ipynb only as this
+    process wrote it, not as a process the notebook left running may have rewritten it.
+
+    Reported before the file is swapped in, whole: the grader's wall clock may stop this process at any line, and
+    OUT.ipynb is then always one of the notebooks reported, never a half-written one or one not yet reported."""
     import hashlib
+    import os
 
     import nbformat
     data = nbformat.writes(nb).encode("utf-8")
-    with open(out_path, "wb") as handle:
+    part = out_path + ".part"
+    # A new file, never one the notebook planted there: a link at PART would send these bytes elsewhere.
+    if os.path.lexists(part):
+        os.unlink(part)
+    with os.fdopen(os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as handle:
         handle.write(data)
     report(notebook=hashlib.sha256(data).hexdigest())
+    os.replace(part, out_path)
 
 
 # Run in the student's kernel after their last cell: what in it changes how IPython runs cells or reports their

@@ -71,8 +71,10 @@ for _fd in range(64):
         pass
 os.kill(_runner, signal.SIGKILL)
 """
-# out.ipynb swapped for a link: the runner's later writes go elsewhere, and what the grader finds is not what it wrote
-SYMLINK_RECORD = "import os\nos.remove('out.ipynb')\nos.symlink('/tmp/elsewhere.ipynb', 'out.ipynb')"
+# out.ipynb and the runner's next file swapped for links, so that its writes would go elsewhere. The runner writes
+# each notebook to a new file and renames it over out.ipynb, so neither link is followed: harmless, graded as its cells.
+SYMLINK_RECORD = ("import os\nos.remove('out.ipynb')\nos.symlink('/tmp/elsewhere.ipynb', 'out.ipynb')\n"
+                  "os.symlink('/tmp/elsewhere.ipynb', 'out.ipynb.part')")
 
 
 PROBE_READS = """
@@ -217,7 +219,7 @@ def cases() -> dict[str, tuple]:
         "block_the_kernel_checks_answer": (with_added_cell(SWALLOW + "\nimport os\nos.mkdir('out.ipynb.kernel.json')"),
                                            16, True, "changed how its kernel runs cells"),
         "kill_the_runner": (with_added_cell(SWALLOW + KILL_RUNNER), 16, True, "runner was stopped before its end"),
-        "link_the_record_elsewhere": (with_added_cell(SYMLINK_RECORD), 16, True, "changed after the grader wrote them"),
+        "link_the_record_elsewhere": (with_added_cell(SYMLINK_RECORD), 16, False, None),
         "settrace_skip_asserts": (submission(A, uniform_softmax_np_with(
             "import sys\ndef _skip(frame, event, arg):\n    return _skip\nsys.settrace(_skip)")), 13, None, None),
         # reading what it must not, and echoing hidden tests

@@ -36,6 +36,12 @@ def test_a_notebook_other_than_the_runners_last_is_not_used(found):
     assert record.distrusted in record.flags
 
 
+def test_an_earlier_notebook_of_the_runners_own_is_used():
+    """The runner reports each notebook before swapping it in: stopped in between, it leaves the one before."""
+    record = run_record([{"notebook": DIGEST}, {"notebook": "1" * 64}], NOTEBOOK, timed_out=True)
+    assert record.flags == [] and record.distrusted == ""
+
+
 def test_a_notebook_the_runner_never_reported_is_not_used():
     record = run_record([{"kernel": []}, {"done": True}], NOTEBOOK, timed_out=False)
     assert record.distrusted
@@ -62,3 +68,21 @@ def test_a_run_whose_kernel_check_never_ran_is_flagged_with_the_reason(report, w
 def test_the_wall_clock_cutting_the_check_short_is_nobodys_doing():
     record = run_record([{"notebook": DIGEST}], NOTEBOOK, timed_out=True)
     assert record.flags == [] and record.distrusted == ""
+
+
+def test_the_runner_writes_a_new_file_and_follows_no_link_the_notebook_planted(tmp_path):
+    """A link at out.ipynb or at the runner's next file would send its writes outside the work folder."""
+    import nbformat
+
+    from autograde.sandbox_runner import save
+
+    elsewhere = tmp_path / "elsewhere.ipynb"
+    elsewhere.write_text("untouched")
+    out = tmp_path / "out.ipynb"
+    for link in (out, tmp_path / "out.ipynb.part"):
+        link.symlink_to(elsewhere)
+    reported = []
+    save(nbformat.v4.new_notebook(), str(out), lambda **entry: reported.append(entry))
+    assert not out.is_symlink() and elsewhere.read_text() == "untouched"
+    assert reported == [{"notebook": hashlib.sha256(out.read_bytes()).hexdigest()}]
+    assert not (tmp_path / "out.ipynb.part").exists()
