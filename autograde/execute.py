@@ -170,9 +170,12 @@ def run_record(report: list[dict], data: bytes | None, timed_out: bool) -> RunRe
     which is no one's doing, so a check that it cut short is not held against the submission."""
     flags, distrusted = [], ""
     written = [entry["notebook"] for entry in report if "notebook" in entry]
-    # Any notebook the runner reported is one it wrote; an earlier one in place of its last (the runner stopped
-    # between reporting and swapping the file in) only leaves later cells not run, which the re-check grades.
-    if (data is None) != (not written) or (data is not None and hashlib.sha256(data).hexdigest() not in written):
+    # A runner that reached its end left its last notebook in place. One stopped on the way may have reported a
+    # notebook it had not yet swapped in, leaving the one before: that only leaves later cells not run, which the
+    # re-check grades.
+    finished = any(entry.get("done") for entry in report)
+    usable = written[-1:] if finished else written
+    if (data is None) != (not written) or (data is not None and hashlib.sha256(data).hexdigest() not in usable):
         distrusted = ("the notebook's results were changed after the grader wrote them, by a process the notebook "
                       "started, so none of them counts")
         flags.append(distrusted)

@@ -36,10 +36,14 @@ def test_a_notebook_other_than_the_runners_last_is_not_used(found):
     assert record.distrusted in record.flags
 
 
-def test_an_earlier_notebook_of_the_runners_own_is_used():
-    """The runner reports each notebook before swapping it in: stopped in between, it leaves the one before."""
+def test_an_earlier_notebook_of_the_runners_own_is_used_only_when_the_runner_was_stopped():
+    """The runner reports each notebook before swapping it in: stopped in between, it leaves the one before.
+    A runner that reached its end left its last one, so an earlier one was put back by someone else."""
     record = run_record([{"notebook": DIGEST}, {"notebook": "1" * 64}], NOTEBOOK, timed_out=True)
     assert record.flags == [] and record.distrusted == ""
+    put_back = run_record([{"notebook": DIGEST}, {"kernel": []}, {"notebook": "1" * 64}, {"done": True}], NOTEBOOK,
+                          timed_out=False)
+    assert put_back.distrusted in put_back.flags
 
 
 def test_a_notebook_the_runner_never_reported_is_not_used():
