@@ -26,10 +26,10 @@ class ChildFailed(RuntimeError):
 
 # Imported once, in the process every child is forked from, instead of once per submission: nbgrader and
 # torch alone take about 2.5 s of CPU to import, a third of what grading a chapter-1 submission costs.
-# autograde first: its __init__ must run before anything imports nbformat.
+# autograde first: its __init__ must run before anything imports nbformat; autograde.warm last (it renders a page).
 PRELOAD = ["autograde", "nbgrader.apps", "nbgrader.api", "nbgrader.converters", "nbconvert.exporters", "nbclient", "torch",
            "safetensors.torch", "autograde.config", "autograde.execute", "autograde.feedback", "autograde.recheck",
-           "coursekit.release"]
+           "coursekit.release", "autograde.warm"]
 _CONTEXT = multiprocessing.get_context("forkserver")
 LAUNCHED = "AUTOGRADE_LAUNCHED"      # when the parent asked for the child (time.time()), for `make bench`
 _CONTEXT.set_forkserver_preload(PRELOAD)
