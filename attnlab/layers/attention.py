@@ -3,6 +3,7 @@
 
 import math
 
+import numpy as np
 import torch
 
 from attnlab.layers.softmax import softmax
@@ -32,8 +33,10 @@ def _check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | 
             raise ValueError(f"mask must be a torch.bool tensor (True = may attend), got {kind}")
         scores_shape = (*q.shape[:-1], k.shape[-2])
         try:
-            torch.broadcast_shapes(mask.shape, scores_shape)
-        except RuntimeError:
+            # NumPy's broadcasting rule, which torch follows: torch.broadcast_shapes imports sympy on its first
+            # call, a third of a second in every process that attends with a mask.
+            np.broadcast_shapes(tuple(mask.shape), scores_shape)
+        except ValueError:
             raise ValueError(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores_shape} "
                 "(..., T_q, T_k)") from None
