@@ -107,9 +107,12 @@ class SandboxedExecute(Execute):
             for data in sorted(Path(self.files).iterdir()):
                 if data.is_file():
                     shutil.copyfile(data, work / data.name)
+        from autograde.recheck import in_run_spec
+        spec = in_run_spec(resources.get("nbgrader", {}).get("assignment", ""), work.parent, self.timeout)
         started = time.time()
         run = sandbox.python(work, Path(self.package) if self.package else None, "execute", "in.ipynb",
-                             "out.ipynb", str(self.timeout), limits=sandbox.Limits(wall_s=self.wall_s), reported=True)
+                             "out.ipynb", str(self.timeout), limits=sandbox.Limits(wall_s=self.wall_s), reported=True,
+                             private_input=spec, after_done_s=0 if spec is None else in_run_budget_s(self.timeout))
         _record_timings(work, started, time.time(), nb)
         try:
             data = read_bytes(work / "out.ipynb", self.max_notebook_bytes)
@@ -117,6 +120,11 @@ class SandboxedExecute(Execute):
             data, problem = None, str(exc)
         record = run_record(run.report, data, run.timed_out)
         (work.parent / RUN_RECORD).write_text(json.dumps({"flags": record.flags}))
+        # The re-check the runner ran after the last cell, for autograde.recheck to use where it can be trusted.
+        in_run = next((entry["probe"] for entry in reversed(run.report) if isinstance(entry.get("probe"), dict)), None)
+        (work.parent / IN_RUN_RECHECK).write_text(json.dumps({
+            "probe": in_run, "usable": bool(in_run) and not run.timed_out and not run.cut_after_done
+            and not record.distrusted}))
         executed = None
         if data is not None:
             try:
@@ -153,6 +161,14 @@ class SandboxedExecute(Execute):
 
 
 RUN_RECORD = "run.json"      # beside the sandbox's work folder, out of its reach: what the grader concluded
+IN_RUN_RECHECK = "in_run_recheck.json"     # there too: what the runner said of the re-check it ran after the notebook
+
+
+def in_run_budget_s(cell_timeout_s: int) -> float:
+    """Seconds the sandbox gets after the notebook for the re-check that follows it: that of a re-check run
+    (autograde.recheck.recheck_wall_s) for a notebook that took no time, plus the runner's own clean-up."""
+    from autograde.recheck import recheck_wall_s
+    return recheck_wall_s(cell_timeout_s, 0.0) + 10
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """The trusted half of the out-of-process re-check (see autograde/rechecks/__init__.py)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import secrets
@@ -62,6 +63,55 @@ def student_code_cells(notebook: nbformat.NotebookNode) -> list[str]:
     return [code for _, code, _ in student_cells(notebook)]
 
 
+IN_RUN_INPUTS = "in_run_inputs.safetensors"   # beside the sandbox's work folder, out of its reach
+
+
+def in_run_spec(assignment: str, folder: Path, cell_timeout_s: int) -> bytes | None:
+    """What the sandbox runner needs to re-check the notebook right after its last cell (sandbox_runner.recheck_here):
+    every probe of the assignment and fresh secret inputs, handed over on a descriptor only the runner holds. The
+    inputs are kept in `folder` (outside the sandbox) for the comparison; None where the assignment has no probes."""
+    from safetensors.torch import save
+
+    probes = probes_for(assignment) if assignment else {}
+    if not probes:
+        return None
+    generator = torch.Generator().manual_seed(secrets.randbits(63))
+    flat = {f"{name}.{key}": value.contiguous()
+            for name, values in fresh_inputs(probes, generator).items() for key, value in values.items()}
+    save_file(flat, str(folder / IN_RUN_INPUTS))
+    header = {"probes": {name: probe.sandbox_code for name, probe in probes.items()},
+              "budget_s": recheck_wall_s(cell_timeout_s, 0.0)}
+    return json.dumps(header).encode() + b"\n" + save(flat)
+
+
+PROBE_FOLDER = re.compile(r"\.probe-[0-9a-f]{16}")
+
+
+def in_run_verdicts(assignment: str, notebook: nbformat.NotebookNode, sandbox_dir: Path,
+                    wanted: set[str]) -> dict[str, str] | None:
+    """recheck()'s verdicts for the test cells in `wanted`, from the re-check the sandbox runner ran after the
+    notebook (execute.IN_RUN_RECHECK), or None where that cannot stand in for recheck(): no such run, a run the grader
+    cut short or distrusts, one that did not end cleanly (a step stopped by its watchdog ends it so), one that ran
+    other cells than recheck() would run, or left out a cell it must check. None costs only time: recheck() runs."""
+    from autograde.execute import IN_RUN_RECHECK
+    try:
+        record = json.loads((sandbox_dir / IN_RUN_RECHECK).read_text())
+        inputs_flat = load((sandbox_dir / IN_RUN_INPUTS).read_bytes())
+    except (OSError, ValueError, Exception):  # noqa: BLE001 - safetensors raises its own error types
+        return None
+    ran = record.get("probe") or {}
+    folder = sandbox_dir / "execute" / str(ran.get("folder"))
+    digest = hashlib.sha256(json.dumps(student_code_cells(notebook)).encode()).hexdigest()
+    probes = {name: probe for name, probe in probes_for(assignment).items() if name in wanted}
+    if not (record.get("usable") and ran.get("status") == 0 and ran.get("cells") == digest
+            and set(probes) <= set(ran.get("ran", [])) and PROBE_FOLDER.fullmatch(str(ran.get("folder")))
+            and folder.is_dir() and not folder.is_symlink()):
+        return None
+    inputs = {name: {key.split(".", 1)[1]: value for key, value in inputs_flat.items() if key.split(".", 1)[0] == name}
+              for name in probes}
+    return _verdicts(probes, inputs, folder)
+
+
 def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, package: Path | None,
             cell_timeout_s: int = 60, notebook_s: float = 0.0, passed: set[str] | None = None) -> dict[str, str]:
     """{test cell: '' if the student's code gives the reference's outputs on fresh inputs, else why not}.
@@ -104,20 +154,27 @@ def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, packag
         else:
             break
     why_skipped = "; ".join(skipped.values())
+    verdicts = _verdicts({name: probe for name, probe in probes.items() if name not in stuck_probes}, inputs, work,
+                         run.timed_out, wall_s)
+    if why_skipped:
+        verdicts = {name: verdict + f" (left out of the re-check: {why_skipped})" if verdict else verdict
+                    for name, verdict in verdicts.items()}
+    verdicts |= {name: f"your function ran past the {cell_timeout_s} s limit on the re-check's inputs"
+                 for name in stuck_probes}
+    return {name: verdicts[name] for name in probes}
+
+
+def _verdicts(probes: dict, inputs: dict, folder: Path, timed_out: bool = False, wall_s: float = 0.0) -> dict[str, str]:
+    """{test cell: '' or why not} from the probes' results in `folder`, compared with the reference on `inputs`."""
     verdicts = {}
     for name, probe in probes.items():
-        if name in stuck_probes:
-            verdicts[name] = f"your function ran past the {cell_timeout_s} s limit on the re-check's inputs"
-            continue
         try:
-            got = load(read_bytes(work / f"{name}.safetensors", 256 * 2**20))
+            got = load(read_bytes(folder / f"{name}.safetensors", 256 * 2**20))
         except (UntrustedFileError, Exception) as exc:  # safetensors raises its own error types for bad bytes
-            reason = (f"it did not finish within {wall_s:g} s" if run.timed_out else str(exc))
+            reason = (f"it did not finish within {wall_s:g} s" if timed_out else str(exc))
             verdicts[name] = f"the re-check produced no result ({reason})"
         else:
             verdicts[name] = compare(reference_outputs(probe, inputs[name]), got, probe)
-        if verdicts[name] and why_skipped:
-            verdicts[name] += f" (left out of the re-check: {why_skipped})"
     return verdicts
 
 

@@ -46,6 +46,7 @@ class Result:
     output: str
     timed_out: bool
     report: list[dict] = field(default_factory=list)    # what the runner sent over its private channel (reported=True)
+    cut_after_done: bool = False    # stopped in the time given after the runner reported done (run's after_done_s)
 
 
 REPORT_MAX_BYTES = 2**20      # a report line is a digest or a short list: a megabyte is thousands of cells
@@ -140,7 +141,8 @@ def _limit(limits: Limits, group: MemoryGroup | None = None):
     return apply
 
 
-def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limits(), reported: bool = False) -> Result:
+def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limits(), reported: bool = False,
+        private_input: bytes | None = None, after_done_s: float = 0.0) -> Result:
     """Run `argv` in the sandbox; `work` becomes the writable /tmp/sandbox/work, owned by the run's user. All of
     its processes together hold at most submission_memory_bytes(): in a memory cgroup where one can be made,
     else under a watchdog that stops the largest process of the run's user (autograde/memory_group.py).
@@ -148,7 +150,12 @@ def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limi
     reported: `argv` gets one more argument, the number of a file descriptor it may write JSON lines to
     (Result.report). The file lies outside the sandbox, and only the process given the descriptor holds it;
     sandbox_runner.py keeps it from the kernel it starts, so what arrives there comes from the runner, whatever
-    the student's code does to the files of the work folder."""
+    the student's code does to the files of the work folder.
+
+    private_input: bytes `argv` may read from one more descriptor, after the report's, that only it holds (the
+    re-check's secret inputs). after_done_s: when the wall clock runs out after the runner reported {"done": true},
+    it gets this much longer (for the re-check it runs after the notebook); stopped then, the result says
+    cut_after_done, not timed_out."""
     uid = run_uid()
     os.chown(work, uid, uid)
     for path in work.rglob("*"):
@@ -157,12 +164,16 @@ def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limi
     group = MemoryGroup.create(f"autograde-{uid}-{os.getpid()}", total)
     # Output goes to a file, not a pipe: a flood must not fill the grader's memory (the file is capped
     # by the file-size limit), and only its tail is kept.
-    with tempfile.TemporaryFile() as log, tempfile.TemporaryFile() as channel:
+    with tempfile.TemporaryFile() as log, tempfile.TemporaryFile() as channel, tempfile.TemporaryFile() as given:
         passed = (channel.fileno(),) if reported else ()
+        if private_input is not None:
+            given.write(private_input)
+            given.seek(0)
+            passed += (given.fileno(),)
         proc = subprocess.Popen(command(argv + [str(fd) for fd in passed], work, package, uid), stdout=log,
                                 stderr=subprocess.STDOUT, preexec_fn=_limit(limits, group), start_new_session=True,
                                 pass_fds=passed)
-        deadline, timed_out = time.monotonic() + limits.wall_s, False
+        deadline, timed_out, extended, cut_after_done = time.monotonic() + limits.wall_s, False, False, False
         while True:
             try:
                 proc.wait(timeout=WATCH_S)
@@ -171,25 +182,30 @@ def run(argv: list[str], work: Path, package: Path | None, limits: Limits = Limi
                 if group is None:
                     stop_largest_if_over(uid, total)
                 if time.monotonic() > deadline:
+                    if after_done_s > 0 and not extended and reported and \
+                            any(entry.get("done") for entry in _report_lines(channel)):
+                        deadline, extended = time.monotonic() + after_done_s, True
+                        continue
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-                    timed_out = True
+                    timed_out, cut_after_done = not extended, extended
                     break
         if group is not None:           # bwrap's process namespace ends with it: the group empties by itself
             group.remove()
         log.seek(max(0, log.seek(0, os.SEEK_END) - 20000))
         output = log.read().decode(errors="replace")
         report = _report_lines(channel) if reported else []
-    return Result(proc.returncode, output, timed_out, report)
+    return Result(proc.returncode, output, timed_out, report, cut_after_done)
 
 
 def _report_lines(channel) -> list[dict]:
     """The runner's JSON lines, the last REPORT_MAX_BYTES of them (what counts is the end); a line cut short
-    (the runner killed while writing it) ends the list."""
+    (the runner killed while writing it) ends the list. Read without moving the file's offset, which the runner
+    shares (a read while it runs must not make its next line overwrite an earlier one)."""
     import json
-    start = max(0, channel.seek(0, os.SEEK_END) - REPORT_MAX_BYTES)
-    channel.seek(start)
-    pieces = channel.read().split(b"\n")
+    fd = channel.fileno()
+    start = max(0, os.fstat(fd).st_size - REPORT_MAX_BYTES)
+    pieces = os.pread(fd, REPORT_MAX_BYTES, start).split(b"\n")
     if start > 0:
         pieces = pieces[1:]                           # the first line was cut by the window
     lines = []
@@ -204,6 +220,8 @@ def _report_lines(channel) -> list[dict]:
     return lines
 
 
-def python(work: Path, package: Path | None, *args: str, limits: Limits = Limits(), reported: bool = False) -> Result:
-    """Run sandbox_runner.py with `args` in the sandbox (reported: see run())."""
-    return run([sys.executable, "/tmp/sandbox/runner.py", *args], work, package, limits, reported)
+def python(work: Path, package: Path | None, *args: str, limits: Limits = Limits(), reported: bool = False,
+           private_input: bytes | None = None, after_done_s: float = 0.0) -> Result:
+    """Run sandbox_runner.py with `args` in the sandbox (reported, private_input, after_done_s: see run())."""
+    return run([sys.executable, "/tmp/sandbox/runner.py", *args], work, package, limits, reported, private_input,
+               after_done_s)

@@ -2,12 +2,15 @@
 
 It imports nothing from this repository (only this file is mounted), so it can be read on its own:
 
-    python sandbox_runner.py execute NOTEBOOK.ipynb OUT.ipynb CELL_TIMEOUT_S [REPORT_FD]
+    python sandbox_runner.py execute NOTEBOOK.ipynb OUT.ipynb CELL_TIMEOUT_S [REPORT_FD [PROBE_FD]]
         Run a notebook cell by cell in a fresh python3 kernel. A cell that runs past CELL_TIMEOUT_S is
         interrupted; one that ignores the interrupt (it catches KeyboardInterrupt, or sits in C code) is
         stopped GRACE_S later by killing the kernel. A cell that kills the kernel or has to be stopped is
         replaced by an error and the notebook rerun; each cell's output is capped. To REPORT_FD, a file
         only this process holds, go the digest of each OUT.ipynb written, the check of the kernel, and the end.
+        With PROBE_FD (the grader's re-check: probes and secret inputs), the kernels are forked from a zygote
+        that imported torch once, and after the end the re-check below runs here too, every process the
+        notebook left killed first (recheck_here); its outcome goes to REPORT_FD.
     python sandbox_runner.py probe CODE.json INPUTS.safetensors OUT_DIR CELL_TIMEOUT_S
         In this plain process (no kernel, no IPython hooks), run the student's code cells, then each
         probe's code, and save each probe's `result` tensors for the trusted grader to compare. Each step
@@ -33,12 +36,15 @@ CELL_STOPPED = "CellStopped"    # ran past the limit, ignored the interrupt, and
 REAL_VALUE_ERROR = ValueError   # taken before any student code runs: the probes' refusals check for this class
 
 
-def execute(notebook_path: str, out_path: str, cell_timeout_s: str, report_fd: str = "") -> None:
+def execute(notebook_path: str, out_path: str, cell_timeout_s: str, report_fd: str = "", probe_fd: str = "") -> None:
     import asyncio
     import os
     import signal
 
     report = private_channel(int(report_fd)) if report_fd else (lambda **entry: None)
+    # Forked before the re-check's inputs are read below: nothing it holds, or hands on to a kernel, is secret.
+    zygote = Zygote.start() if probe_fd and in_sandbox() else None
+    spec = read_probe_spec(int(probe_fd)) if probe_fd else None
 
     # Skip a 1.4 s import that nbformat's jsonschema makes for a format no notebook uses (autograde/__init__.py).
     sys.modules.setdefault("rfc3987_syntax", None)
@@ -132,7 +138,7 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str, report_fd: s
             trial.cells[index].source = f"raise RuntimeError('cell {index} was skipped when grading ({why})')"
         trial.cells.append(nbformat.v4.new_code_cell(KERNEL_CHECK.replace("NONCE", nonce)))
         client = CappedClient(trial, timeout=timeout, interrupt_on_timeout=True, allow_errors=True,
-                              kernel_name="python3", record_timing=False,
+                              kernel_name="python3", record_timing=False, kernel_manager_class=kernel_manager(zygote),
                               # the sandbox is torn down next: waiting for a polite shutdown costs a second a run
                               shutdown_kernel="immediate")
         client.running_index, client.stuck, client.interrupted, client.capped = None, None, set(), set()
@@ -176,6 +182,11 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str, report_fd: s
     except OSError:          # a benchmark's figures (make bench), never part of a grade
         pass
     report(done=True)
+    if zygote is not None and spec is not None:
+        try:
+            report(probe=recheck_here(zygote, spec, original, trial, skipped, timeout))
+        except Exception as error:  # noqa: BLE001 - the grader then re-checks in a sandbox of its own
+            report(probe={"failed": f"{type(error).__name__}: {error}"[:300]})
 
 
 def private_channel(fd: int):
@@ -215,6 +226,312 @@ def save(nb, out_path: str, report) -> None:
         handle.write(data)
     report(notebook=hashlib.sha256(data).hexdigest())
     os.replace(part, out_path)
+
+
+def in_sandbox() -> bool:
+    """Whether this runs in the grader's sandbox: a process namespace of its own, whose first process is bwrap, and a
+    user other than root. Only there may stop_other_processes() stop "every other process of this user"."""
+    import os
+    try:
+        with open("/proc/1/comm", encoding="utf-8") as handle:
+            return handle.read().strip() == "bwrap" and os.geteuid() != 0
+    except OSError:
+        return False
+
+
+def read_probe_spec(fd: int) -> dict | None:
+    """The re-check the grader hands over on its own descriptor (sandbox.run's probe_spec): one JSON line
+    ({"probes": {test cell: probe code}, "budget_s": seconds}), then the inputs, a safetensors file's bytes."""
+    import os
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    os.close(fd)
+    header, _, inputs = b"".join(chunks).partition(b"\n")
+    try:
+        spec = json.loads(header)
+    except ValueError:
+        return None
+    return {**spec, "inputs": inputs} if isinstance(spec, dict) else None
+
+
+# What the zygote imports once, for every kernel and the re-check forked from it: torch alone is most of the
+# start of a kernel's first cell, and of a re-check.
+ZYGOTE_PRELOAD = ("torch", "safetensors.torch", "ipykernel.kernelapp")
+ZYGOTE_READY_S = 300        # its imports, on a loaded machine
+ZYGOTE_REPLY_S = 10         # a fork, once it is ready: longer means it was stopped (by the notebook's code, say)
+
+
+class Zygote:
+    """A child of this runner that imports torch and IPython's kernel once, before any student code runs. The
+    notebook's kernels, and the re-check after the last cell, are forked from it instead of starting a new
+    interpreter that imports them again: about 2 s of CPU per graded submission.
+
+    It holds nothing secret (it is forked before the re-check's inputs are read), and it is not dumpable (it
+    inherits that from this runner), so the kernel can neither attach to it nor reach its pipes. The kernel can
+    still stop or kill it, as it can kill this runner: kernels are then started the ordinary way, and the
+    grader re-checks the notebook in a sandbox of its own."""
+
+    def __init__(self, pid: int, requests: int, replies: int):
+        self.pid, self.requests, self.replies, self.buffer, self.alive = pid, requests, replies, b"", True
+        self.ready = False
+
+    @classmethod
+    def start(cls) -> "Zygote | None":
+        import os
+        to_zygote, from_runner = os.pipe()[::-1]
+        from_zygote, to_runner = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError:
+            return None
+        if pid == 0:
+            os.close(to_zygote)
+            os.close(from_zygote)
+            _zygote(from_runner, to_runner)          # never returns
+        os.close(from_runner)
+        os.close(to_runner)
+        return cls(pid, to_zygote, from_zygote)
+
+    def ask(self, request: dict) -> dict | None:
+        """Send `request`, return the zygote's reply, or None (and never ask again) if it is gone or stopped."""
+        import os
+        if not self.alive:
+            return None
+        try:
+            if not self.ready:
+                self.ready = self._read(ZYGOTE_READY_S) == {"ready": True}
+                if not self.ready:
+                    raise OSError("the zygote did not get ready")
+            os.write(self.requests, json.dumps(request).encode() + b"\n")
+            reply = self._read(ZYGOTE_REPLY_S)
+            if reply is None or "error" in reply:
+                raise OSError(str(reply))
+            return reply
+        except OSError:
+            self.stop()
+            return None
+
+    def wait_status(self, timeout_s: float) -> int | None:
+        """The exit status of the process the last request forked, as the zygote reports it when it ends."""
+        reply = self._read(timeout_s)
+        return reply.get("status") if isinstance(reply, dict) else None
+
+    def _read(self, timeout_s: float) -> dict | None:
+        import os
+        import select
+        import time
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.replies], [], [], left)[0]:
+                return None
+            chunk = os.read(self.replies, 4096)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return json.loads(line)
+
+    def stop(self) -> None:
+        import os
+        import signal
+        self.alive = False
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _zygote(requests: int, replies: int) -> None:
+    """The zygote's loop: {"kernel": argv, "env", "cwd"} forks a kernel and replies its pid; {"probe": folder,
+    "timeout"} forks the re-check, replies its pid, then its exit status when it ends."""
+    import importlib
+    import os
+    import signal
+    keep = sorted({requests, replies})
+    os.closerange(3, keep[0])                       # the grader's report and the re-check's inputs among them
+    os.closerange(keep[0] + 1, keep[1])
+    os.closerange(keep[1] + 1, 1 << 16)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # a kernel that ends is reaped at once: no zombie, so poll() sees it
+    kernel_path = [p for p in sys.path if p != sys.path[0]]    # sys.path[0] is this file's folder: a kernel's is not
+    for name in ZYGOTE_PRELOAD:
+        importlib.import_module(name)
+    reply = lambda **entry: os.write(replies, json.dumps(entry).encode() + b"\n")   # noqa: E731
+    reply(ready=True)
+    with os.fdopen(requests, "rb") as incoming:
+        for line in incoming:
+            request = json.loads(line)
+            probing = "probe" in request
+            if probing:            # its status is waited for here, so it must not be reaped by the kernel
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            try:
+                pid = os.fork()
+            except OSError as error:
+                reply(error=str(error))
+                continue
+            if pid == 0:
+                _forked(request, kernel_path)                 # never returns
+            reply(pid=pid)
+            if probing:
+                _, status = os.waitpid(pid, 0)
+                reply(status=os.waitstatus_to_exitcode(status))
+                signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    os._exit(0)
+
+
+def _forked(request: dict, kernel_path: list[str]) -> None:
+    """In a process just forked from the zygote: become what a new process of its kind would be, then run it."""
+    import ctypes
+    import os
+    import signal
+    status = 1
+    try:
+        os.setsid()                                   # as the kernel launcher starts it: interrupts reach its group
+        os.closerange(3, 1 << 16)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)        # PR_SET_DUMPABLE: as after exec, the student's process is dumpable
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        if "kernel" in request:
+            import ipykernel_launcher
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            # No watch on its parent (ipykernel would end the kernel when the zygote, its parent here, ended): the
+            # sandbox ends the kernel when this runner ends. "1" also keeps ipykernel from printing its console banner.
+            sys.argv = [ipykernel_launcher.__file__, *request["kernel"][3:], "--IPKernelApp.parent_handle=1"]
+            sys.path[:] = kernel_path
+            from ipykernel import kernelapp
+            kernelapp.launch_new_instance()
+            status = 0
+        else:
+            os.chdir(request["probe"])
+            probe("code.json", "inputs.safetensors", ".", str(request["timeout"]))
+            status = 0
+    except SystemExit as end:
+        status = end.code if isinstance(end.code, int) else 1
+    except BaseException:  # noqa: BLE001 - whatever happens, this process must end here, not in the zygote's loop
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+
+
+def kernel_manager(zygote: "Zygote | None"):
+    """nbclient's kernel manager, whose kernels are forked from `zygote` while it answers (else started as usual)."""
+    import os
+    import signal
+    from jupyter_client.manager import AsyncKernelManager
+
+    class Forked:
+        """The part of subprocess.Popen that jupyter_client's provisioner uses, for a kernel forked by the zygote."""
+
+        def __init__(self, pid: int):
+            self.pid, self.returncode, self.stdin, self.stdout, self.stderr = pid, None, None, None, None
+
+        def poll(self) -> int | None:
+            if self.returncode is None:
+                try:
+                    os.kill(self.pid, 0)
+                except ProcessLookupError:          # the zygote reaped it (or, the zygote gone, the sandbox's init)
+                    self.returncode = -signal.SIGKILL
+                except PermissionError:
+                    pass
+            return self.returncode
+
+        def wait(self, timeout: float | None = None) -> int:
+            import time
+            while self.poll() is None:
+                time.sleep(0.02)
+            return self.returncode
+
+        def send_signal(self, signum: int) -> None:
+            os.kill(self.pid, signum)
+
+        def kill(self) -> None:
+            self.send_signal(signal.SIGKILL)
+
+        def terminate(self) -> None:
+            self.send_signal(signal.SIGTERM)
+
+    class ForkingKernelManager(AsyncKernelManager):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw):
+            env = {**(kw.get("env") or os.environ), "JPY_PARENT_PID": str(os.getpid())}    # as the launcher sets it
+            forked = zygote.ask({"kernel": kernel_cmd, "env": env,
+                                 "cwd": str(kw.get("cwd") or os.getcwd())}) \
+                if zygote is not None and kernel_cmd[1:3] == ["-m", "ipykernel_launcher"] else None
+            if forked is None:
+                return await super()._async_launch_kernel(kernel_cmd, **kw)
+            provisioner = self.provisioner
+            provisioner.process = Forked(forked["pid"])
+            provisioner.pid = provisioner.pgid = forked["pid"]      # a session of its own, as the launcher's
+            provisioner.cwd = kw.get("cwd")
+            self._reconcile_connection_info(provisioner.connection_info)
+
+    return ForkingKernelManager
+
+
+def stop_other_processes(keep: set[int]) -> None:
+    """SIGKILL every process of the sandbox but this one, `keep` and the sandbox's init. All are stopped first, at
+    once: kill(-1) reaches every process this user may signal in one step, and a stopped process cannot fork, so
+    none escapes by forking while the others are killed one by one."""
+    import os
+    import signal
+    try:
+        os.kill(-1, signal.SIGSTOP)
+    except ProcessLookupError:           # no other process
+        pass
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in keep | {os.getpid(), 1}:
+            try:
+                os.kill(int(name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for pid in keep:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+MAGIC_LINE = ("%", "!")     # IPython-only lines, which the re-check's plain Python drops (autograde.recheck.MAGIC)
+
+
+def recheck_here(zygote: "Zygote", spec: dict, original, trial, skipped: dict[int, str], timeout: int) -> dict:
+    """The grader's re-check (autograde/recheck.py), run here after the last cell instead of in a sandbox of its
+    own: the student's non-test cells, then the probe of each test cell that passed, in a process forked from the
+    zygote, after every process the notebook left is killed. It writes its results in a new folder of a random
+    name; the grader takes them only if this reports a clean end (otherwise it re-checks as before)."""
+    import hashlib
+    import os
+    import secrets
+    passed = {cell.metadata["nbgrader"]["grade_id"] for index, cell in enumerate(trial.cells[:len(original.cells)])
+              if original.cells[index].metadata.get("nbgrader", {}).get("grade") and cell.get("execution_count")
+              and not any(o.get("output_type") == "error" for o in cell.get("outputs", []))}
+    probes = {name: code for name, code in spec.get("probes", {}).items() if name in passed}
+    cells = ["" if index in skipped else
+             "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(MAGIC_LINE))
+             for index, cell in enumerate(original.cells)
+             if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade")]
+    stop_other_processes({zygote.pid})
+    folder = f".probe-{secrets.token_hex(8)}"
+    os.mkdir(folder, 0o700)
+    for name, data in (("code.json", json.dumps({"cells": cells, "probes": probes}).encode()),
+                       ("inputs.safetensors", spec["inputs"])):
+        with os.fdopen(os.open(f"{folder}/{name}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb") as out:
+            out.write(data)
+    started = zygote.ask({"probe": os.path.abspath(folder), "timeout": timeout})
+    status = None
+    if started is not None:
+        status = zygote.wait_status(float(spec.get("budget_s", 60)))
+        if status is None:                 # past its budget: the grader re-checks with its own, longer one
+            stop_other_processes({zygote.pid})
+    stop_other_processes(set())            # what the student's code left running, and the zygote
+    digest = hashlib.sha256(json.dumps(cells).encode()).hexdigest()
+    return {"folder": folder, "ran": sorted(probes), "status": status, "cells": digest}
 
 
 # Run in the student's kernel after their last cell: what in it changes how IPython runs cells or reports their

@@ -76,6 +76,31 @@ os.kill(_runner, signal.SIGKILL)
 SYMLINK_RECORD = ("import os\nos.remove('out.ipynb')\nos.symlink('/tmp/elsewhere.ipynb', 'out.ipynb')\n"
                   "os.symlink('/tmp/elsewhere.ipynb', 'out.ipynb.part')")
 
+# The re-check runs in the notebook's sandbox after the last cell (sandbox_runner.recheck_here). A process the
+# notebook leaves behind would rewrite the re-check's code.json as it appears, putting a right softmax_np in place
+# of the wrong one; the runner kills every such process before it writes the file, so the wrong one is re-checked.
+REWRITE_THE_RECHECK = """
+import glob, json, os, time
+if os.fork() == 0:
+    os.setsid()
+    right = %r
+    while True:
+        for path in glob.glob(".probe-*/code.json"):
+            try:
+                spec = json.load(open(path))
+                spec["cells"] = [right if "def softmax_np" in cell else cell for cell in spec["cells"]]
+                json.dump(spec, open(path + ".new", "w"))
+                os.replace(path + ".new", path)
+            except Exception:
+                pass
+        time.sleep(0.0005)
+"""
+# The kernel's parent, where it is not the runner, is the process every kernel and the re-check are forked from:
+# killed, the kernel goes on, and the grader re-checks in a sandbox of its own. It costs nothing and is not flagged.
+# (Killing the runner itself is kill_the_runner's case.)
+KILL_THE_ZYGOTE = ("import os, signal\nif os.getppid() != int(os.environ['JPY_PARENT_PID']):\n"
+                   "    os.kill(os.getppid(), signal.SIGKILL)")
+
 
 PROBE_READS = """
 import os, glob
@@ -220,6 +245,10 @@ def cases() -> dict[str, tuple]:
                                            16, True, "changed how its kernel runs cells"),
         "kill_the_runner": (with_added_cell(SWALLOW + KILL_RUNNER), 16, True, "runner was stopped before its end"),
         "link_the_record_elsewhere": (with_added_cell(SYMLINK_RECORD), 16, False, None),
+        # wrong softmax_np behind a swallowing handler, and a process left to put the right one into the re-check
+        "rewrite_the_recheck": (submission(A, uniform_softmax_np_with(SWALLOW + REWRITE_THE_RECHECK % REF["softmax_np"])),
+                                13, True, "changed how its kernel runs cells"),
+        "kill_the_zygote": (with_added_cell(KILL_THE_ZYGOTE), 16, False, None),
         "settrace_skip_asserts": (submission(A, uniform_softmax_np_with(
             "import sys\ndef _skip(frame, event, arg):\n    return _skip\nsys.settrace(_skip)")), 13, None, None),
         # reading what it must not, and echoing hidden tests

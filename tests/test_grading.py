@@ -25,6 +25,16 @@ def test_solution_scores_full_marks(graded, assignment):
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_the_solution_is_re_checked_in_its_notebooks_sandbox(graded, assignment):
+    """The re-check ran after the last cell, in the notebook's own sandbox (sandbox_runner.recheck_here), and the
+    grader used it: a sandbox of its own for the re-check is the fallback, for runs that did not end cleanly. (Were
+    the fast path refused for every submission, say because the cells it ran differ from the grader's, grades would
+    stay right and only take longer: this test is what notices.)"""
+    timings = graded(assignment)["solution"]["timings"]
+    assert timings.get("recheck_in_run") == 1.0, timings
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
 def test_untouched_release_scores_zero(graded, assignment):
     result = graded(assignment)["untouched"]
     assert result["score"] == 0 and not result["error"], result
