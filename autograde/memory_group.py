@@ -73,7 +73,9 @@ class MemoryGroup:
 
 
 def resident_bytes_by_pid(uid: int) -> dict[int, int]:
-    """{pid: resident bytes} of every process of user `uid`, read from /proc."""
+    """{pid: resident bytes} of every process of user `uid`, read from /proc: each process's proportional share
+    (Pss) where the kernel gives it, so that pages shared by forked processes (the sandbox's kernels and re-check
+    share torch with the process they are forked from) are counted once in the sum, as a cgroup counts them."""
     found = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -81,8 +83,18 @@ def resident_bytes_by_pid(uid: int) -> dict[int, int]:
         except OSError:                      # the process ended while it was read
             continue
         if int(fields.get("Uid", "-1").split()[0]) == uid and "VmRSS" in fields:
-            found[int(status.parent.name)] = int(fields["VmRSS"].split()[0]) * 1024
+            found[int(status.parent.name)] = _proportional_bytes(status.parent) or int(fields["VmRSS"].split()[0]) * 1024
     return found
+
+
+def _proportional_bytes(process: Path) -> int | None:
+    try:
+        for line in (process / "smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def stop_largest_if_over(uid: int, limit_bytes: int) -> int | None:
