@@ -33,9 +33,12 @@ def submission_timeout(cell_timeout_s: int) -> int:
 
 
 def grading_budget(cell_timeout_s: int, submission_timeout_s: int) -> int:
-    """Seconds the grading child may take in all: the notebook, every re-check run, the feedback."""
+    """Seconds the grading child may take in all: the notebook, the re-check its sandbox runs after it, every
+    re-check run in a sandbox of its own (where that one could not be used), the feedback."""
+    from autograde.execute import in_run_budget_s
     from autograde.recheck import MAX_RUNS, recheck_wall_s
-    return int(submission_timeout_s + MAX_RUNS * recheck_wall_s(cell_timeout_s, submission_timeout_s) + START_UP_S)
+    return int(submission_timeout_s + in_run_budget_s(cell_timeout_s)
+               + MAX_RUNS * recheck_wall_s(cell_timeout_s, submission_timeout_s) + START_UP_S)
 
 
 @dataclass

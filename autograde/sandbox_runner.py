@@ -43,7 +43,7 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str, report_fd: s
 
     report = private_channel(int(report_fd)) if report_fd else (lambda **entry: None)
     # Forked before the re-check's inputs are read below: nothing it holds, or hands on to a kernel, is secret.
-    zygote = Zygote.start() if probe_fd and in_sandbox() else None
+    zygote = Zygote.start(notebook_path) if probe_fd and in_sandbox() else None
     spec = read_probe_spec(int(probe_fd)) if probe_fd else None
 
     # Skip a 1.4 s import that nbformat's jsonschema makes for a format no notebook uses (autograde/__init__.py).
@@ -258,6 +258,10 @@ def read_probe_spec(fd: int) -> dict | None:
 # What the zygote imports once, for every kernel and the re-check forked from it: torch alone is most of the
 # start of a kernel's first cell, and of a re-check.
 ZYGOTE_PRELOAD = ("torch", "safetensors.torch", "ipykernel.kernelapp")
+# Imported there too where the notebook's cells import them at their top level: transformers' model code costs as much
+# as torch (2.4 s of CPU for chapter 7's Llama), which the kernel and the re-check would each pay again. Only these
+# installed packages: the zygote runs no module the submission could have written.
+ZYGOTE_PRELOAD_IF_IMPORTED = ("transformers",)
 ZYGOTE_READY_S = 300        # its imports, on a loaded machine
 ZYGOTE_REPLY_S = 10         # a fork, once it is ready: longer means it was stopped (by the notebook's code, say)
 
@@ -277,8 +281,9 @@ class Zygote:
         self.ready = False
 
     @classmethod
-    def start(cls) -> "Zygote | None":
+    def start(cls, notebook_path: str) -> "Zygote | None":
         import os
+        imports = notebook_imports(notebook_path, ZYGOTE_PRELOAD_IF_IMPORTED)
         to_zygote, from_runner = os.pipe()[::-1]
         from_zygote, to_runner = os.pipe()
         try:
@@ -288,7 +293,7 @@ class Zygote:
         if pid == 0:
             os.close(to_zygote)
             os.close(from_zygote)
-            _zygote(from_runner, to_runner)          # never returns
+            _zygote(from_runner, to_runner, imports)          # never returns
         os.close(from_runner)
         os.close(to_runner)
         return cls(pid, to_zygote, from_zygote)
@@ -343,7 +348,53 @@ class Zygote:
             pass
 
 
-def _zygote(requests: int, replies: int) -> None:
+def fd_ceiling() -> int:
+    """One past the highest descriptor this process can hold: a forked kernel, unlike an exec'd one, keeps every
+    descriptor it is not made to close, close-on-exec or not, so all must go, not only those below a round number."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 1 << 20 if hard == resource.RLIM_INFINITY or hard > 1 << 20 else hard
+
+
+def notebook_imports(notebook_path: str, packages: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """(module, names taken from it) for each `import module` or `from module import names` at the top level of the
+    notebook's code cells whose package is one of `packages`. A cell that does not parse (a magic, a syntax error)
+    imports nothing here: the kernel imports what it imports."""
+    import ast
+    try:
+        with open(notebook_path, encoding="utf-8") as file:
+            cells = json.load(file).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    found: list[tuple[str, list[str]]] = []
+    for cell in cells if isinstance(cells, list) else []:
+        source = cell.get("source") if isinstance(cell, dict) and cell.get("cell_type") == "code" else None
+        source = "".join(source) if isinstance(source, list) and all(isinstance(s, str) for s in source) else source
+        try:
+            body = ast.parse(source).body if isinstance(source, str) else []
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in body:
+            if isinstance(node, ast.Import):
+                found += [(alias.name, []) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.append((node.module, [alias.name for alias in node.names]))
+    return [(module, names) for module, names in found if module.split(".")[0] in packages]
+
+
+def _preload(imports: list[tuple[str, list[str]]]) -> None:
+    """Import what notebook_imports found, as the kernel would: `from transformers import X` loads X's module."""
+    import importlib
+    for module, names in imports:
+        try:
+            loaded = importlib.import_module(module)
+            for name in names:
+                getattr(loaded, name, None)
+        except Exception:  # noqa: BLE001 - the kernel meets the same error in its own cell, where it belongs
+            pass
+
+
+def _zygote(requests: int, replies: int, imports: list[tuple[str, list[str]]]) -> None:
     """The zygote's loop: {"kernel": argv, "env", "cwd"} forks a kernel and replies its pid; {"probe": folder,
     "timeout"} forks the re-check, replies its pid, then its exit status when it ends."""
     import importlib
@@ -352,11 +403,12 @@ def _zygote(requests: int, replies: int) -> None:
     keep = sorted({requests, replies})
     os.closerange(3, keep[0])                       # the grader's report and the re-check's inputs among them
     os.closerange(keep[0] + 1, keep[1])
-    os.closerange(keep[1] + 1, 1 << 16)
+    os.closerange(keep[1] + 1, fd_ceiling())
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)   # a kernel that ends is reaped at once: no zombie, so poll() sees it
     kernel_path = [p for p in sys.path if p != sys.path[0]]    # sys.path[0] is this file's folder: a kernel's is not
     for name in ZYGOTE_PRELOAD:
         importlib.import_module(name)
+    _preload(imports)
     reply = lambda **entry: os.write(replies, json.dumps(entry).encode() + b"\n")   # noqa: E731
     reply(ready=True)
     with os.fdopen(requests, "rb") as incoming:
@@ -388,7 +440,7 @@ def _forked(request: dict, kernel_path: list[str]) -> None:
     status = 1
     try:
         os.setsid()                                   # as the kernel launcher starts it: interrupts reach its group
-        os.closerange(3, 1 << 16)
+        os.closerange(3, fd_ceiling())
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)        # PR_SET_DUMPABLE: as after exec, the student's process is dumpable
         null = os.open("/dev/null", os.O_RDONLY)
@@ -725,7 +777,7 @@ if __name__ == "__main__":
     except Exception as error:
         traceback.print_exc()
         status = 1
-        if command == "execute" and len(args) == 4:       # the grader hears why the run ended early
+        if command == "execute" and len(args) >= 4 and args[3]:      # the grader hears why the run ended early
             os.write(int(args[3]), json.dumps({"error": f"{type(error).__name__}: {error}"[:300]}).encode() + b"\n")
     # Everything is written: end now. A probe run has executed the student's code in this process, and a thread
     # it started or an atexit hook it registered must not hold the runner until the wall clock stops it.

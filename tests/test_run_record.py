@@ -90,3 +90,29 @@ def test_the_runner_writes_a_new_file_and_follows_no_link_the_notebook_planted(t
     assert not out.is_symlink() and elsewhere.read_text() == "untouched"
     assert reported == [{"notebook": hashlib.sha256(out.read_bytes()).hexdigest()}]
     assert not (tmp_path / "out.ipynb.part").exists()
+
+
+@pytest.mark.parametrize("with_probe_fd", [False, True])
+def test_a_runner_that_fails_reports_why_on_its_descriptor(tmp_path, with_probe_fd):
+    """Grading hands the runner a second descriptor (the re-check's inputs): its error must still be reported, or
+    run_record blames the notebook's code for a runner that failed on its own."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from autograde.sandbox import RUNNER
+    (tmp_path / "in.ipynb").write_text("not a notebook")
+    report_read, report_write = os.pipe()
+    probe_read, probe_write = os.pipe()
+    os.close(probe_write)                   # no re-check inputs: the runner reads an empty spec
+    fds = [str(report_write)] + ([str(probe_read)] if with_probe_fd else [])
+    try:
+        subprocess.run([sys.executable, str(RUNNER), "execute", "in.ipynb", "out.ipynb", "10", *fds], cwd=tmp_path,
+                       pass_fds=(report_write, probe_read), capture_output=True, timeout=120)
+    finally:
+        os.close(report_write)
+        os.close(probe_read)
+    with os.fdopen(report_read, "rb") as lines:
+        report = [json.loads(line) for line in lines]
+    assert any("NotJSONError" in str(entry.get("error")) for entry in report), report
