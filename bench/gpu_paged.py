@@ -314,6 +314,10 @@ def bench_engine(device, quick: bool) -> list[str]:
     greedy, on a random model of SmolLM2's shape: the engine with the kernels and CUDA graphs, without the graphs,
     transformers' continuous batching (generate_batch) and its static generate in batches of 32."""
     from transformers import GenerationConfig
+    try:
+        from transformers import ContinuousBatchingConfig
+    except ImportError:                  # an older transformers: generate_batch then reports itself unavailable
+        ContinuousBatchingConfig = None  # noqa: N806
     from attnlab.models.llama import Llama, LlamaConfig
     from attnlab.serving.engine import Engine
     from tests.llama_reference import transformers_twin
@@ -377,7 +381,11 @@ def bench_engine(device, quick: bool) -> list[str]:
         return out
 
     def continuous_batching() -> list[list[int]]:
-        result = hf.generate_batch(prompts, greedy, progress_bar=False)
+        # At tiny sizes, the engine's cache: transformers otherwise sizes its cache from the memory it finds free, and
+        # on a CPU it filled gigabytes of masks for 6 requests (25 s of the smoke run).
+        limits = {"continuous_batching_config": ContinuousBatchingConfig(num_blocks=64, max_batch_tokens=512)} \
+            if quick else {}
+        result = hf.generate_batch(prompts, greedy, progress_bar=False, **limits)
         by_prompt = {tuple(r.prompt_ids): list(r.generated_tokens) for r in result.values()}
         return [by_prompt[tuple(p)] for p in prompts]
 
