@@ -356,22 +356,15 @@ def fd_ceiling() -> int:
     return 1 << 20 if hard == resource.RLIM_INFINITY or hard > 1 << 20 else hard
 
 
-def notebook_imports(notebook_path: str, packages: tuple[str, ...]) -> list[tuple[str, list[str]]]:
-    """(module, names taken from it) for each `import module` or `from module import names` at the top level of the
-    notebook's code cells whose package is one of `packages`. A cell that does not parse (a magic, a syntax error)
+def top_level_imports(sources: list[str], packages: tuple[str, ...] | None = None) -> list[tuple[str, list[str]]]:
+    """(module, names taken from it) for each `import module` or `from module import names` at the top level of
+    `sources` (one package of `packages`, if given). A source that does not parse (a magic, a syntax error)
     imports nothing here: the kernel imports what it imports."""
     import ast
-    try:
-        with open(notebook_path, encoding="utf-8") as file:
-            cells = json.load(file).get("cells", [])
-    except (OSError, ValueError, AttributeError):
-        return []
     found: list[tuple[str, list[str]]] = []
-    for cell in cells if isinstance(cells, list) else []:
-        source = cell.get("source") if isinstance(cell, dict) and cell.get("cell_type") == "code" else None
-        source = "".join(source) if isinstance(source, list) and all(isinstance(s, str) for s in source) else source
+    for source in sources:
         try:
-            body = ast.parse(source).body if isinstance(source, str) else []
+            body = ast.parse(source).body
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in body:
@@ -379,7 +372,23 @@ def notebook_imports(notebook_path: str, packages: tuple[str, ...]) -> list[tupl
                 found += [(alias.name, []) for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 found.append((node.module, [alias.name for alias in node.names]))
-    return [(module, names) for module, names in found if module.split(".")[0] in packages]
+    return [(module, names) for module, names in found if packages is None or module.split(".")[0] in packages]
+
+
+def notebook_imports(notebook_path: str, packages: tuple[str, ...]) -> list[tuple[str, list[str]]]:
+    """top_level_imports of the notebook's code cells, read as plain JSON (nothing of the notebook is run)."""
+    try:
+        with open(notebook_path, encoding="utf-8") as file:
+            cells = json.load(file).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    sources = []
+    for cell in cells if isinstance(cells, list) else []:
+        source = cell.get("source") if isinstance(cell, dict) and cell.get("cell_type") == "code" else None
+        source = "".join(source) if isinstance(source, list) and all(isinstance(s, str) for s in source) else source
+        if isinstance(source, str):
+            sources.append(source)
+    return top_level_imports(sources, packages)
 
 
 def _preload(imports: list[tuple[str, list[str]]]) -> None:

@@ -9,7 +9,6 @@ A forked child runs the same `probe` function on the same files: only the import
 modules a fresh process would import. Runs go two at a time (the machine's cores)."""
 from __future__ import annotations
 
-import ast
 import importlib
 import importlib.util
 import json
@@ -19,23 +18,6 @@ from pathlib import Path
 
 from autograde.sandbox import RUNNER      # the file the grader runs in the sandbox
 AT_ONCE = 2
-
-
-def imported_modules(cells: list[str]) -> list[str]:
-    """The modules the cells import at their top level, but attnlab's (cheap, and never preloaded for a chapter
-    that writes them)."""
-    names = []
-    for source in cells:
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        for node in tree.body:
-            if isinstance(node, ast.Import):
-                names += [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.append(node.module)
-    return [name for name in dict.fromkeys(names) if not name.startswith("attnlab")]
 
 
 def _runner():
@@ -51,7 +33,9 @@ def main() -> None:
     import torch  # noqa: F401 - what every run imports first
     import safetensors.torch  # noqa: F401
     cells = json.loads((folders[0] / "code.json").read_text())["cells"] if folders else []
-    for name in imported_modules(cells):
+    # What the cells import at their top level (attnlab's aside: cheap, and never preloaded for a chapter that writes it)
+    for name in dict.fromkeys(module for module, _ in runner.top_level_imports(cells)
+                              if not module.startswith("attnlab")):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - the run itself will meet the same error and report it
