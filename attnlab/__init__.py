@@ -109,7 +109,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         BOS, EOS, PAD, SPECIAL_TOKENS, UNK, Vocab, split_en, split_zh [6]
     attnlab.weights.gguf
         GGUF_LAYER_NAMES, MissingWeights, SMOLLM2_FILE, llama_config_from_gguf, load_llama_gguf,
-        read_gguf, smollm2_path, unpermute_qk [7]
+        open_gguf, read_gguf, smollm2_path, unpermute_qk [7]
     attnlab.weights.gguf_tokenizer
         DEFAULT_SYSTEM, chat_prompt, tokenizer_from_gguf [7]
     attnlab.weights.gpt2

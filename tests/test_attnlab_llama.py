@@ -259,3 +259,21 @@ def test_a_file_that_is_not_gguf_is_named(tmp_path):
     bogus.write_bytes(b"not a gguf file at all" * 10)
     with pytest.raises(ValueError, match="not a readable GGUF file"):
         read_gguf(bogus)
+
+
+def test_open_gguf_reads_what_ggufs_own_reader_reads():
+    """open_gguf parses a plain view of the mapped file instead of gguf's np.memmap: every field, every tensor's
+    type, shape and bytes must be the ones gguf.GGUFReader gives."""
+    import gguf
+    import numpy as np
+
+    from attnlab.weights.gguf import open_gguf
+    theirs, ours = gguf.GGUFReader(smollm2_path()), open_gguf(smollm2_path())
+    assert list(ours.fields) == list(theirs.fields) and len(theirs.fields) > 20
+    for key, field in theirs.fields.items():
+        assert ours.fields[key].contents() == field.contents(), key
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors] and len(theirs.tensors) > 200
+    for mine, reference in zip(ours.tensors, theirs.tensors):
+        assert (mine.tensor_type, list(mine.shape)) == (reference.tensor_type, list(reference.shape)), mine.name
+        assert np.array_equal(mine.data, reference.data), mine.name
+    assert type(ours.tensors[0].data) is np.ndarray, "the plain view is what makes it fast"

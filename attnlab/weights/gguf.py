@@ -32,15 +32,33 @@ def smollm2_path() -> Path:
     return path
 
 
+def open_gguf(path: Path):
+    """gguf's GGUFReader over the file, parsing a plain ndarray view of the memory map it opens. numpy runs Python
+    code for every slice of an np.memmap, and SmolLM2's tokenizer alone is 100,000 strings in the metadata: the
+    same fields and tensors come out in a third of the time (0.7 s against 2.4 s, on one core of a 2-core VM)."""
+    import gguf           # imported here: only loading real weights needs it
+
+    class PlainArrayReader(gguf.GGUFReader):
+        @property
+        def data(self) -> np.ndarray:
+            return self._array
+
+        @data.setter
+        def data(self, mapped: np.memmap) -> None:      # GGUFReader.__init__ sets it, then parses
+            self._array = mapped.view(np.ndarray)       # the same mapped pages, sliced without Python calls
+
+    return PlainArrayReader(path)
+
+
 def read_gguf(path: Path, names: set[str] | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
     """(metadata, tensors) of a GGUF file: its tensors (those in `names`, if given) dequantised to float32, in
     torch's (out, in) order."""
-    import gguf           # imported here: only loading real weights needs it
+    import gguf
     path = Path(path)
     if not path.is_file():
         raise MissingWeights(f"no GGUF file at {path}")
     try:
-        reader = gguf.GGUFReader(path)
+        reader = open_gguf(path)
     except (ValueError, OSError) as exc:
         raise ValueError(f"{path} is not a readable GGUF file: {exc}") from exc
     metadata = {}
