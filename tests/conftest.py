@@ -12,11 +12,31 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Chapter 10's Triton kernels run in the interpreter on a CPU; Triton reads this when a kernel is defined.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
 from coursekit.layout import REPO_ROOT as REPO  # noqa: E402
+
+
+_TRITON_CACHE: list[str] = []
+
+
+def pytest_configure(config):
+    """One Triton cache for the run, which both test processes inherit (pytest-xdist starts them after this): the
+    Hopper compiles of chapter 10's kernels (attnlab.kernels.hopper) then compile each kernel source once, not
+    once in every run of a notebook or a probe that checks it. The sandbox clears its environment, so grading
+    compiles afresh; a student's shell (tests/lab_session.student_env) does not have it either."""
+    if "TRITON_CACHE_DIR" not in os.environ:
+        _TRITON_CACHE.append(tempfile.mkdtemp(prefix="attnlab-tests-triton-"))
+        os.environ["TRITON_CACHE_DIR"] = _TRITON_CACHE[0]
+
+
+def pytest_unconfigure(config):
+    for folder in _TRITON_CACHE:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

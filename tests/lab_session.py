@@ -33,7 +33,7 @@ def student_env() -> dict[str, str]:
     ours = str(Path(sys.executable).parent)
     env = {key: value for key, value in os.environ.items()
            if key not in {"PYTHONPATH", "VIRTUAL_ENV", "ATTNLAB_GRADING", "TRITON_INTERPRET", "MAKEFLAGS",
-                          "MAKELEVEL", "MFLAGS", "PYTHONHOME"}}
+                          "MAKELEVEL", "MFLAGS", "PYTHONHOME", "TRITON_CACHE_DIR"}}
     env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != ours)
     return env
 

@@ -121,7 +121,9 @@ def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder, "kernel_source.py")
         path.write_text(kernel_source(kernel), encoding="utf-8")
-        env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_CACHE_DIR": str(Path(folder, "cache"))}
+        # Triton caches what it compiles: in your TRITON_CACHE_DIR if you set one (the course's tests do, so that
+        # each kernel source compiles once per run), otherwise in this temporary folder, so nothing stays behind.
+        env = {"TRITON_CACHE_DIR": str(Path(folder, "cache")), **os.environ, "TRITON_INTERPRET": "0"}
         named = [{k: f"tl.{TL_NAMES[v.name]}" if isinstance(v, tl.dtype) else v for k, v in c.items()}
                  for c in constexprs]
         job = json.dumps({"path": str(path), "name": kernel.fn.__name__, "signature": signature,
