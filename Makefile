@@ -48,7 +48,9 @@ system:
 
 $(STAMP): requirements.txt requirements-nodeps.txt Makefile | system
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	# requirements.txt pins the whole environment, so pip installs it as it stands, resolving nothing: a
+	# dependency's optional extra that the course leaves out stays out (see the file's comments).
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 	# Make the repository's packages (attnlab, coursekit, autograde) importable from any folder,
 	# e.g. from a notebook's kernel in exercises/chNN_*/.

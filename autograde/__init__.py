@@ -5,8 +5,9 @@
 """
 import sys
 
-# nbformat imports jsonschema, which imports rfc3987_syntax when it is installed (jupyter-events needs it),
-# and that compiles 38 grammars at import, about 1.4 s of CPU, to check the "iri" string format. No notebook
-# schema uses that format. Each submission's grading starts several processes that import nbformat, so they
-# skip it: with the module marked missing, jsonschema leaves the format unchecked, as it does without it.
+# nbformat imports jsonschema, which imports rfc3987_syntax when it is installed, and that compiles 38 grammars
+# at import, about 1.4 s of CPU, to check the "iri" string format. No notebook schema uses that format.
+# requirements.txt leaves it out, but an environment set up another way (an instructor's own, with jupyter-events'
+# jsonschema[format-nongpl]) has it, and each submission's grading starts several processes that import nbformat,
+# so they skip it: with the module marked missing, jsonschema leaves the format unchecked, as it does without it.
 sys.modules.setdefault("rfc3987_syntax", None)
