@@ -63,6 +63,7 @@ def grading_config(workspace: Path = DEFAULT_WORKSPACE, cell_timeout_s: int = CE
     c.Autograde.autograde_preprocessors = steps
     c.GenerateFeedback.preprocessors = [GetGrades, GraderWrittenOutputs, RedactHiddenEcho, ClearHiddenTests,
                                         CSSHTMLHeaderPreprocessor]
+    c.GenerateFeedback.exporter_class = "autograde.feedback.FeedbackExporter"
     # nbgrader's API always uses its template named "feedback"; templates/feedback/ holds only a
     # mathjax.html.j2, which shadows nbconvert's CDN version because our folder is searched first.
     c.HTMLExporter.filters = {"offline_mathjax": "autograde.feedback.mathjax_source"}
