@@ -30,15 +30,16 @@ def verdicts(assignment: str, replace: dict[str, str] | None = None, seed: int =
     return many_verdicts(assignment, [replace or {}], seed)[0]
 
 
-def many_verdicts(assignment: str, replacements: list[dict[str, str]], seed: int = 0) -> list[dict[str, str]]:
+def many_verdicts(assignment: str, replacements: list[dict[str, str]], seed: int = 0,
+                  seeds: list[int] | None = None) -> list[dict[str, str]]:
     """verdicts() for each replacement, the runs forked from one process that imported the cells' modules once
-    (tests/probe_runs.py), on the same inputs."""
+    (tests/probe_runs.py), on the same inputs (drawn from `seed`), or each on its own (seeds, one a replacement)."""
     probes = probes_for(assignment)
-    generator = torch.Generator().manual_seed(seed)
-    inputs = fresh_inputs(probes, generator)
+    seeds = seeds or [seed] * len(replacements)
+    drawn = {s: fresh_inputs(probes, torch.Generator().manual_seed(s)) for s in dict.fromkeys(seeds)}
     with tempfile.TemporaryDirectory() as tmp:
         folders = []
-        for number, replace in enumerate(replacements):
+        for number, (replace, inputs) in enumerate(zip(replacements, (drawn[s] for s in seeds), strict=True)):
             work = Path(tmp) / f"run{number}"
             work.mkdir()
             for data in (REPO / "exercises" / assignment).iterdir():       # the notebook's data files, as in grading
@@ -56,7 +57,7 @@ def many_verdicts(assignment: str, replacements: list[dict[str, str]], seed: int
         statuses = json.loads(run.stdout.strip().splitlines()[-1])
         assert statuses == [0] * len(folders), f"runner exit statuses {statuses}:\n{run.stderr[-4000:]}"
         results = []
-        for folder in map(Path, folders):
+        for folder, inputs in zip(map(Path, folders), (drawn[s] for s in seeds)):
             out = {}
             for name, probe in probes.items():
                 result = folder / f"{name}.safetensors"
@@ -74,8 +75,8 @@ def test_chapters_with_probes():
 
 @pytest.mark.parametrize("assignment", WITH_PROBES)
 def test_reference_solution_passes_every_probe(assignment):
-    for seed in (0, 1):
-        assert verdicts(assignment, seed=seed) == {name: "" for name in probes_for(assignment)}
+    # two draws of the inputs, in one process's runs
+    assert many_verdicts(assignment, [{}, {}], seeds=[0, 1]) == [{name: "" for name in probes_for(assignment)}] * 2
 
 
 @pytest.mark.slow
