@@ -5,6 +5,7 @@ for the mistake it names (the `says` of a known-wrong implementation), at a frac
 One process per chapter (`python -m tests.visible_checks ASSIGNMENT`, runs as JSON on stdin): it runs the
 released notebook's code cells in order in a fresh namespace per run, as the student's kernel does, in the
 notebook's own folder and with the grader's environment (ATTNLAB_GRADING: the closing demos skip themselves).
+With --demos (the closing demos, without ATTNLAB_GRADING), each run is a process forked from that one.
 Test cells run in order up to the last one asked for, as in the student's kernel (one may define a helper a
 later one uses); the errors of those not asked for are not reported. Each cell's source is registered with
 linecache under its own name, as IPython does, so that code reading a function's source (Triton, inspect) works.
@@ -18,7 +19,6 @@ import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from coursekit.layout import REPO_ROOT as REPO
@@ -98,23 +98,71 @@ def _execute(source: str, name: str, namespace: dict) -> None:
     exec(compile(source, filename, "exec"), namespace)
 
 
-def demo_failures(assignment: str, runs: list[dict[str, str]], workers: int = 2,
-                  timeout: int = 3600) -> list[dict[str, str] | None]:
+def demo_failures(assignment: str, runs: list[dict[str, str]], timeout: int = 3600) -> list[dict[str, str] | None]:
     """For each run, {"answers": {answer cell: code}}: the first error of the notebook's cells outside the tests,
     the closing demos included (as "restart and run all" runs them, outside the grader), as {cell, error}, or None.
-    The runs are shared between `workers` processes (the notebooks compute on one thread each)."""
+    Each run goes in a process of its own, forked from one that imported the notebook's modules once (_forked)."""
     env = {k: v for k, v in os.environ.items() if k != "ATTNLAB_GRADING"} | {"TRITON_INTERPRET": "1"}
-    shares = [share for share in (runs[i::workers] for i in range(workers)) if share]
+    process = subprocess.run([sys.executable, "-m", "tests.visible_checks", assignment, "--demos"], cwd=REPO, env=env,
+                             input=json.dumps(runs), capture_output=True, text=True, timeout=timeout)
+    assert process.returncode == 0, process.stderr[-4000:]
+    return json.loads(process.stdout.splitlines()[-1])
 
-    def run(share: list[dict[str, str]]) -> list:
-        process = subprocess.run([sys.executable, "-m", "tests.visible_checks", assignment, "--demos"], cwd=REPO,
-                                 env=env, input=json.dumps(share), capture_output=True, text=True, timeout=timeout)
-        assert process.returncode == 0, process.stderr[-4000:]
-        return json.loads(process.stdout.splitlines()[-1])
 
-    with ThreadPoolExecutor(len(shares)) as pool:          # the processes run side by side
-        results = list(pool.map(run, shares))
-    return [results[i % workers][i // workers] for i in range(len(runs))]
+AT_ONCE = 2             # forked runs side by side: the machine's cores (the notebooks compute on one thread each)
+
+
+def _forked(work, items: list) -> list:
+    """[work(item) for item in items], each call in a child forked from this process, AT_ONCE at a time: a run
+    starts with what this process imported, and nothing one run changes (a module's globals, a patched function)
+    reaches the next. A child that dies without a result is reported as a failed run, with its exit status."""
+    import tempfile
+    results: dict[int, object] = {}
+    with tempfile.TemporaryDirectory(prefix="visible-checks-") as folder:
+        running: dict[int, int] = {}                  # pid -> index
+        pending = list(enumerate(items))
+        while pending or running:
+            while pending and len(running) < AT_ONCE:
+                index, item = pending.pop(0)
+                sys.stdout.flush()
+                pid = os.fork()
+                if pid == 0:
+                    code = 0
+                    try:
+                        result = json.dumps(work(item))
+                        with open(os.path.join(folder, f"{index}.json"), "w", encoding="utf-8") as out:
+                            out.write(result)
+                    except BaseException:  # noqa: BLE001 - reported through the missing result
+                        import traceback
+                        traceback.print_exc()
+                        code = 1
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    os._exit(code)          # as a run of its own ends: nothing it left behind may hold this one
+                running[pid] = index
+            pid, status = os.wait()
+            if pid in running:
+                index = running.pop(pid)
+                path = os.path.join(folder, f"{index}.json")
+                results[index] = (json.loads(open(path, encoding="utf-8").read()) if os.path.isfile(path) else
+                                  {"cell": "(the run's process)", "error": f"ended with status {os.waitstatus_to_exitcode(status)} "
+                                                                           "and no result"})
+    return [results[i] for i in range(len(items))]
+
+
+def _preload(assignment: str) -> None:
+    """Import what the notebook's code cells import at their top level (torch, transformers...), once, before the
+    runs fork: each run would import the same modules again. attnlab's are left to the runs, as a kernel meets them."""
+    import importlib
+
+    from autograde.sandbox_runner import top_level_imports
+    sources = [cell.source for cell in released(assignment).cells if cell.cell_type == "code"]
+    for module, _ in top_level_imports(sources):
+        if not module.startswith("attnlab"):
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: BLE001 - the run meets the same error in its own cell, where it belongs
+                pass
 
 
 def _demo(assignment: str, answers: dict[str, str]) -> dict[str, str] | None:
@@ -159,7 +207,8 @@ def main(assignment: str, demos: bool) -> None:
     os.chdir(REPO / "exercises" / assignment)
     reference = solution_code(assignment)
     if demos:
-        out = [_demo(assignment, reference | run.get("answers", {})) for run in runs]
+        _preload(assignment)
+        out = _forked(lambda run: _demo(assignment, reference | run.get("answers", {})), runs)
     else:
         out = [_run(assignment, reference | run.get("answers", {}), set(run["tests"]) if run.get("tests") else None)
                for run in runs]
