@@ -46,8 +46,8 @@ def test_the_feedback_exporter_gives_nbconverts_page(tmp_path, with_image):
     if with_image:
         nb.cells.insert(0, nbformat.v4.new_markdown_cell('<img src="figure.png">', id="image"))
     resources = {"nbgrader": {"notebook": "ch09_paged", "score": 1, "max_score": 2}}
-    ours, _ = FeedbackExporter(config=config, template_name="feedback").from_notebook_node(nb, resources=dict(resources))
-    theirs, _ = HTMLExporter(config=config, template_name="feedback").from_notebook_node(nb, resources=dict(resources))
+    ours, _ = FeedbackExporter(config=config, template_name="feedback").from_notebook_node(nb, dict(resources))
+    theirs, _ = HTMLExporter(config=config, template_name="feedback").from_notebook_node(nb, dict(resources))
     assert "highlight" in ours and "MathJax" in ours
     if with_image:
         assert ours == theirs and 'alt="No description has been provided for this image"' in ours

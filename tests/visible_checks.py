@@ -144,9 +144,9 @@ def _forked(work, items: list) -> list:
             if pid in running:
                 index = running.pop(pid)
                 path = os.path.join(folder, f"{index}.json")
+                ended = f"ended with status {os.waitstatus_to_exitcode(status)} and no result"
                 results[index] = (json.loads(open(path, encoding="utf-8").read()) if os.path.isfile(path) else
-                                  {"cell": "(the run's process)", "error": f"ended with status {os.waitstatus_to_exitcode(status)} "
-                                                                           "and no result"})
+                                  {"cell": "(the run's process)", "error": ended})
     return [results[i] for i in range(len(items))]
 
 
