@@ -67,7 +67,7 @@ setup: $(STAMP)
 
 $(STAMP): requirements.txt requirements-nodeps.txt Makefile | system
 \ttest -x $(PY) || $(PYTHON) -m venv $(VENV)
-\t$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+\t$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
 \t$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 \t$(PY) -c 'import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()["purelib"], "attnlab-course.pth").write_text("$(CURDIR)\\n")'
 \tmkdir -p $(VENV)/etc/ipython
