@@ -79,29 +79,40 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
     released_prose = {c.get("id") for c in released.cells if not _nbgrader(c)}
     released_sources = {c.source for c in released.cells if not _nbgrader(c)}
 
+    # Each cell of the submission either stands for a released cell (a solution by grade id, a read-only cell by
+    # grade id, a prose cell by id or text) or is the student's own. The student's own cells are anchored to the
+    # released cell they followed and put back right after it, each exactly once, in the student's order.
+    anchor_of_gid = {_nbgrader(c).get("grade_id"): index for index, c in enumerate(released.cells) if _nbgrader(c)}
+    prose_by_id = {c.get("id"): index for index, c in enumerate(released.cells) if not _nbgrader(c) and c.get("id")}
+    prose_by_source: dict[str, list[int]] = {}
+    for index, c in enumerate(released.cells):
+        if not _nbgrader(c):
+            prose_by_source.setdefault(c.source, []).append(index)
+
     student_solutions: dict[str, nbformat.NotebookNode] = {}
-    added_after: dict[str | None, list] = {}   # grade_id of the last known cell before them -> added cells
+    added_after: dict[int | None, list] = {}   # index of the released cell they followed (None: the top) -> cells
     notes: list[str] = []
-    last_known: str | None = None
-    for cell in submitted.cells:
+    anchor: int | None = None
+    for number, cell in enumerate(submitted.cells, start=1):
         meta = _nbgrader(cell)
         gid = meta.get("grade_id")
+        cell = _numbered(cell, number)
         if gid in solution_ids and cell.get("cell_type") == "code":
             if gid in student_solutions:
                 # A copied cell (JupyterLab copies the metadata too): keep it, after the first, as the student
                 # ran it; the later definition wins, as it did in their kernel.
                 notes.append(f"solution cell '{gid}' appears more than once; every copy was kept, in order")
-                added_after.setdefault(last_known, []).append(_as_added(cell))
+                added_after.setdefault(anchor, []).append(_as_added(cell))
             else:
                 student_solutions[gid] = cell
-                last_known = gid
-        elif gid in known_ids:
-            last_known = gid     # a released non-solution cell: the release's copy is used instead
+                anchor = anchor_of_gid[gid]
+        elif gid is not None and gid in known_ids:
+            anchor = anchor_of_gid[gid]     # a released non-solution cell: the release's copy is used instead
         elif not meta and (cell.get("id") in released_prose or cell.get("source") in released_sources):
-            continue
+            anchor = _prose_anchor(cell, prose_by_id, prose_by_source, anchor)
         elif not meta and cell.get("cell_type") in ("code", "markdown"):
             # metadata.nbgrader that is not a mapping (a string, a list) is dropped with the rest: it grades nothing
-            added_after.setdefault(last_known, []).append(_as_added(cell))
+            added_after.setdefault(anchor, []).append(_as_added(cell))
         elif cell.get("cell_type") == "raw":
             notes.append("a raw cell was ignored: raw cells are neither run nor graded")
         elif gid is None:
@@ -116,18 +127,19 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
 
     notebook = copy.deepcopy(released)
     cells = list(added_after.get(None, []))
-    for cell in notebook.cells:
+    for index, cell in enumerate(notebook.cells):
         gid = _nbgrader(cell).get("grade_id")
         if gid in student_solutions:
             mine = student_solutions[gid]
             cell.source = _disarmed(mine.source if isinstance(mine.source, str) else "".join(mine.source), gid, notes)
+            cell.metadata[ORIGIN] = mine.metadata[ORIGIN]
         elif gid in solution_ids:
             # Empty, not the release's stub: the student may have retyped the code in a cell of their own,
             # and a stub placed after it would replace their function by `raise NotImplementedError`.
             cell.source = ""
             notes.append(f"solution cell '{gid}' is missing from the submission; it was left empty")
         cells.append(cell)
-        cells.extend(added_after.get(gid, []))
+        cells.extend(added_after.get(index, []))
     notebook.cells = cells
     for cells_added in added_after.values():
         for cell in cells_added:
@@ -150,6 +162,36 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
 # nbgrader's markers of a hidden-test region. In a student's own text (a note in a markdown cell, a comment)
 # nbgrader would take one for a region to remove, and fail the whole submission on a marker without its pair.
 HIDDEN_TEST_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+
+
+# Where a rebuilt cell came from: {"cell": its number in the student's notebook, counted from 1}, so that feedback
+# names a cell as the student sees it. Written by the grader, on the grader's copy: the sandbox sees only sources.
+ORIGIN = "autograde"
+
+
+def student_cell_number(cell) -> int | None:
+    """The number of `cell` in the student's own notebook (from 1), or None for a cell of the release."""
+    origin = cell.get("metadata", {}).get(ORIGIN, {})
+    number = origin.get("cell") if isinstance(origin, dict) else None
+    return number if isinstance(number, int) else None
+
+
+def _numbered(cell, number: int) -> nbformat.NotebookNode:
+    """A copy of the submitted `cell` that records its place in the student's notebook (any such record the
+    student wrote is replaced)."""
+    copy_ = copy.deepcopy(cell)
+    copy_.setdefault("metadata", nbformat.NotebookNode())[ORIGIN] = nbformat.NotebookNode(cell=number)
+    return copy_
+
+
+def _prose_anchor(cell, by_id: dict[str, int], by_source: dict[str, list[int]], anchor: int | None) -> int | None:
+    """The released prose cell that `cell` stands for: the one with its id, else the first with its text after the
+    current anchor (prose can repeat, a heading such as "Done"), else the first with its text."""
+    if cell.get("id") in by_id:
+        return by_id[cell["id"]]
+    candidates = by_source.get(cell.get("source"), [])
+    later = [index for index in candidates if anchor is None or index > anchor]
+    return (later or candidates or [anchor])[0]
 
 
 def _disarmed(source: str, gid: str | None, notes: list[str]) -> str:
