@@ -2,13 +2,15 @@
 
     python -m autograde grade ASSIGNMENT FILE.ipynb [FILE.ipynb ...] [--json]
         Grades each file as one student's submission (the student id is the file name without
-        .ipynb), prints `NAME: SCORE / MAX` per file, and writes feedback HTML under
-        autograde/feedback/NAME/ASSIGNMENT/.
+        .ipynb), prints `NAME: SCORE / MAX  [SECONDS: notebook S, re-check S]` per file (where the time
+        went: the notebook's run in the sandbox, and the out-of-process re-check), and writes feedback
+        HTML under autograde/feedback/NAME/ASSIGNMENT/.
     python -m autograde class ASSIGNMENT [--workers N] [--roster roster.csv] [--json]
         Grades every submission in autograde/inbox/ASSIGNMENT/STUDENT.ipynb (or, in nbgrader's layout,
         autograde/submitted/STUDENT/ASSIGNMENT/*.ipynb), in parallel; a rerun grades only new or changed
         files. Writes autograde/grades.csv and autograde/reports/ASSIGNMENT/ (summary.md, summary.csv,
-        summary.png).
+        summary.png); summary.md ends with each submission's grading time and the cells stopped at the
+        cell limit.
 
 Student code runs in a sandbox (bubblewrap): no network, no view of the course files or of other
 students, limited memory (per process, and --memory-limit for all of a submission's processes together),
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
             result, seconds = future.result()
             results.append(result)
             if not args.json:
-                print(f"{result.line()}  [{seconds:.1f} s]", flush=True)
+                spent = result.time_line()
+                print(f"{result.line()}  [{seconds:.1f} s{': ' + spent if spent else ''}]", flush=True)
     results.sort(key=lambda r: r.student)
 
     if args.command == "class":

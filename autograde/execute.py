@@ -107,12 +107,13 @@ class SandboxedExecute(Execute):
             for data in sorted(Path(self.files).iterdir()):
                 if data.is_file():
                     shutil.copyfile(data, work / data.name)
-        from autograde.recheck import in_run_spec
-        spec = in_run_spec(resources.get("nbgrader", {}).get("assignment", ""), work.parent, self.timeout)
+        from autograde.recheck import in_run_spec, recheck_steps
+        steps = recheck_steps(nb)
+        spec = in_run_spec(resources.get("nbgrader", {}).get("assignment", ""), work.parent, self.timeout, steps)
         started = time.time()
         run = sandbox.python(work, Path(self.package) if self.package else None, "execute", "in.ipynb",
                              "out.ipynb", str(self.timeout), limits=sandbox.Limits(wall_s=self.wall_s), reported=True,
-                             private_input=spec, after_done_s=0 if spec is None else in_run_budget_s(self.timeout))
+                             private_input=spec, after_done_s=0 if spec is None else in_run_budget_s(self.timeout, steps))
         _record_timings(work, started, time.time(), nb)
         try:
             data = read_bytes(work / "out.ipynb", self.max_notebook_bytes)
@@ -164,11 +165,11 @@ RUN_RECORD = "run.json"      # beside the sandbox's work folder, out of its reac
 IN_RUN_RECHECK = "in_run_recheck.json"     # there too: what the runner said of the re-check it ran after the notebook
 
 
-def in_run_budget_s(cell_timeout_s: int) -> float:
-    """Seconds the sandbox gets after the notebook for the re-check that follows it: that of a re-check run
-    (autograde.recheck.recheck_wall_s) for a notebook that took no time, plus the runner's own clean-up."""
+def in_run_budget_s(cell_timeout_s: int, steps: int) -> float:
+    """Seconds the sandbox gets after the notebook for the re-check that follows it: that of a re-check run of
+    `steps` steps (autograde.recheck.recheck_wall_s), plus the runner's own clean-up."""
     from autograde.recheck import recheck_wall_s
-    return recheck_wall_s(cell_timeout_s, 0.0) + 10
+    return recheck_wall_s(cell_timeout_s, steps) + 10
 
 
 @dataclass
@@ -217,6 +218,8 @@ def _record_timings(work, started: float, ended: float, nb) -> None:
     seconds = {"sandbox_run": ended - started}
     try:
         raw = json.loads(read_bytes(work / "out.ipynb.timings.json", 2**20))
+        # after the notebook's runs, the re-check the runner ran in the same sandbox
+        seconds["recheck_in_sandbox"] = max(0.0, ended - float(raw["end"]))
         first_run = raw["runs"][0]
         seconds["sandbox_start"] = float(raw["runner_start"]) - started
         seconds["kernel_start"] = float(first_run["kernel_ready"]) - float(first_run["start"])

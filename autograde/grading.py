@@ -19,7 +19,7 @@ import nbformat
 
 from autograde.config import CELL_TIMEOUT_S, DEFAULT_WORKSPACE, REPO_ROOT
 from autograde.messages import safe_failure_message
-from autograde.submission import SubmissionError, read_submission, rebuild
+from autograde.submission import SubmissionError, read_submission, rebuild, recheck_steps
 
 # The notebook's run may take this many cell timeouts in all (plus start-up): a few slow cells are graded,
 # and nothing holds a worker for one timeout per cell. The re-check has its own, similar budget (recheck.py).
@@ -32,13 +32,14 @@ def submission_timeout(cell_timeout_s: int) -> int:
     return NOTEBOOK_TIMEOUTS * cell_timeout_s + START_UP_S
 
 
-def grading_budget(cell_timeout_s: int, submission_timeout_s: int) -> int:
-    """Seconds the grading child may take in all: the notebook, the re-check its sandbox runs after it, every
-    re-check run in a sandbox of its own (where that one could not be used), the feedback."""
+def grading_budget(cell_timeout_s: int, submission_timeout_s: int, steps: int) -> int:
+    """Seconds the grading child may take in all, for a notebook whose re-check has at most `steps` steps: the
+    notebook, the re-check its sandbox runs after it, every re-check run in a sandbox of its own (where that one
+    could not be used), the feedback. A safety net only: each part keeps limits of its own."""
     from autograde.execute import in_run_budget_s
     from autograde.recheck import MAX_RUNS, recheck_wall_s
-    return int(submission_timeout_s + in_run_budget_s(cell_timeout_s)
-               + MAX_RUNS * recheck_wall_s(cell_timeout_s, submission_timeout_s) + START_UP_S)
+    return int(submission_timeout_s + in_run_budget_s(cell_timeout_s, steps)
+               + MAX_RUNS * recheck_wall_s(cell_timeout_s, steps) + START_UP_S)
 
 
 @dataclass
@@ -65,12 +66,22 @@ class Result:
     sandboxed: bool = True
     graded_with: str = ""    # digest of what else decides the grade (release, tests, limits): see grading_settings
     timings: dict = field(default_factory=dict)   # seconds per grading phase (make bench), not part of the grade
+    slow_cells: list[str] = field(default_factory=list)   # the cells stopped at the cell limit, as the notes say
 
     def line(self) -> str:
         text = f"{self.student}: {self.score:g} / {self.max_score:g}"
         if self.flagged:
             text += "  [FLAGGED: suspected tampering]"
         return text + (f"  ({self.error})" if self.error else "")
+
+    def time_line(self) -> str:
+        """Where this submission's grading time went: the notebook's run in the sandbox, and the re-check (the part
+        run in the same sandbox after the notebook, and any run in a sandbox of its own)."""
+        if "sandbox_run" not in self.timings:
+            return ""
+        recheck = self.timings.get("recheck_in_sandbox", 0.0)
+        notebook = self.timings["sandbox_run"] - recheck
+        return f"notebook {notebook:.1f} s, re-check {recheck + self.timings.get('recheck', 0.0):.1f} s"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -240,7 +251,7 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
     try:
         run_in_child(["grade", course.assignment, str(private), student, str(cell_timeout_s),
                       "1" if use_sandbox else "0", str(course.package), str(submission_timeout_s)],
-                     timeout=grading_budget(cell_timeout_s, submission_timeout_s))
+                     timeout=grading_budget(cell_timeout_s, submission_timeout_s, recheck_steps(rebuilt.notebook)))
     except ChildFailed as exc:
         result = _ungradable(course, student, max_score, f"{GRADING_FAILED}{exc}", rebuilt.notes)
         return _finish(course, result, digest, use_sandbox, settings)
@@ -268,6 +279,8 @@ def _read_result(course: Course, student: str, notes: list[str]) -> Result:
                 # the same message the student's feedback shows
                 errors[gid] = safe_failure_message(cell.source, output)
     recheck = json.loads((private / "recheck.json").read_text())
+    slow = [str(text) for text in recheck.get("slow", [])]
+    notes = [*notes, *slow]
     flagged = recheck.get("flagged", {})
     if "kernel" in flagged:
         notes = [*notes, f"flagged: {flagged['kernel']}"]
@@ -280,7 +293,7 @@ def _read_result(course: Course, student: str, notes: list[str]) -> Result:
         cells = [CellResult(g.name, float(g.score), float(g.max_score), errors.get(g.name, ""), flagged.get(g.name, ""))
                  for g in nb.grades]
         result = Result(student, course.assignment, float(nb.score), float(nb.max_score), cells, list(notes),
-                        flagged=bool(flagged))
+                        flagged=bool(flagged), slow_cells=slow)
     order = [c.metadata.get("nbgrader", {}).get("grade_id") for c in nbformat.read(course.release, as_version=4).cells]
     result.cells.sort(key=lambda c: order.index(c.cell) if c.cell in order else len(order))
     try:

@@ -14,59 +14,41 @@ from safetensors.torch import load, save_file
 
 from autograde import sandbox
 from autograde.rechecks import compare, fresh_inputs, probes_for, reference_outputs
+from autograde.sandbox_runner import GRACE_S, recheck_cells, recheck_source
+from autograde.submission import recheck_steps, student_cell_number  # noqa: F401 - recheck_steps: the budgets' input
 from autograde.untrusted import UntrustedFileError, read_bytes
 
-MAGIC = re.compile(r"^\s*[%!]")
-
-
-# Cells the notebook run replaced by an error, so the re-check leaves them out too (the sandbox runner's names).
-# A cell the notebook never reached (SandboxedExecute's NotRun: its wall clock ran out first) is run here: it
-# never had its chance, and the re-check's own limits hold it as they hold every step.
-SKIPPED_IN_NOTEBOOK = ("KernelDied", "CellStopped")
+# Cells the notebook's run ended with one of these errors (the sandbox runner's names) are left out of the re-check,
+# or cut where the run stopped them (sandbox_runner.recheck_source). A cell the notebook never reached
+# (SandboxedExecute's NotRun: its wall clock ran out first) is run here: it never had its chance, and the re-check's
+# own limits hold it as they hold every step.
 NOT_RUN = "NotRun"
 MAX_RUNS = 3            # a re-check rerun without each step that ran past its limit, at most this often
-BASE_WALL_S = 60        # the runner's start-up and the probes, beyond the student's slow cells
+BASE_WALL_S = 60        # the runner's start-up, beyond its steps
 
 
-MAX_NOTEBOOK_TIMEOUTS = 4   # the notebook's own wall clock, in cell timeouts (grading.NOTEBOOK_TIMEOUTS)
+def recheck_wall_s(cell_timeout_s: int, steps: int) -> float:
+    """Seconds one re-check run may take: each of its `steps` (a student cell, a probe) under the cell limit and the
+    grace its watchdog gives, and the start-up. A run that keeps its per-step limits cannot run out of time as a
+    whole, however slow the machine: only a step can, and that step alone is left out."""
+    return BASE_WALL_S + max(steps, 1) * (cell_timeout_s + GRACE_S)
 
 
-def recheck_wall_s(cell_timeout_s: int, notebook_s: float) -> float:
-    """Seconds one re-check run may take: as long as the same cells took in the notebook (measured by the
-    grader, outside the sandbox), so slow but honest cells fit, plus room for the probes and a margin."""
-    return BASE_WALL_S + 2 * cell_timeout_s + min(max(notebook_s, 0.0), MAX_NOTEBOOK_TIMEOUTS * cell_timeout_s)
-
-
-def _error_names(cell) -> set[str]:
-    return {str(o.get("ename")) for o in cell.get("outputs", []) if o.get("output_type") == "error"}
-
-
-def student_cells(notebook: nbformat.NotebookNode) -> list[tuple[int, str, set[str]]]:
-    """(notebook index, code, error names in the notebook run) of every code cell that is not a test.
-
-    IPython-only lines (%magic, !shell) are dropped: the re-check runs plain Python. A cell that killed the
-    kernel, or had to be stopped, was replaced in the notebook run, so it is left out here too.
-    """
-    cells = []
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code" or cell.metadata.get("nbgrader", {}).get("grade"):
-            continue
-        errors = _error_names(cell)
-        code = "" if errors & set(SKIPPED_IN_NOTEBOOK) else \
-            "\n".join(line for line in cell.source.splitlines() if not MAGIC.match(line))
-        cells.append((index, code, errors))
-    return cells
+def student_cells(notebook: nbformat.NotebookNode) -> list[tuple[int, str]]:
+    """(notebook index, code as the re-check runs it) of every code cell that is not a test (recheck_source)."""
+    return [(index, recheck_source(cell)) for index, cell in enumerate(notebook.cells)
+            if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade")]
 
 
 def student_code_cells(notebook: nbformat.NotebookNode) -> list[str]:
     """Every code cell that is not a test, in order, as the re-check runs it."""
-    return [code for _, code, _ in student_cells(notebook)]
+    return recheck_cells(notebook)
 
 
 IN_RUN_INPUTS = "in_run_inputs.safetensors"   # beside the sandbox's work folder, out of its reach
 
 
-def in_run_spec(assignment: str, folder: Path, cell_timeout_s: int) -> bytes | None:
+def in_run_spec(assignment: str, folder: Path, cell_timeout_s: int, steps: int) -> bytes | None:
     """What the sandbox runner needs to re-check the notebook right after its last cell (sandbox_runner.recheck_here):
     every probe of the assignment and fresh secret inputs, handed over on a descriptor only the runner holds. The
     inputs are kept in `folder` (outside the sandbox) for the comparison; None where the assignment has no probes."""
@@ -80,7 +62,7 @@ def in_run_spec(assignment: str, folder: Path, cell_timeout_s: int) -> bytes | N
             for name, values in fresh_inputs(probes, generator).items() for key, value in values.items()}
     save_file(flat, str(folder / IN_RUN_INPUTS))
     header = {"probes": {name: probe.sandbox_code for name, probe in probes.items()},
-              "budget_s": recheck_wall_s(cell_timeout_s, 0.0)}
+              "budget_s": recheck_wall_s(cell_timeout_s, steps)}
     return json.dumps(header).encode() + b"\n" + save(flat)
 
 
@@ -113,7 +95,7 @@ def in_run_verdicts(assignment: str, notebook: nbformat.NotebookNode, sandbox_di
 
 
 def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, package: Path | None,
-            cell_timeout_s: int = 60, notebook_s: float = 0.0, passed: set[str] | None = None) -> dict[str, str]:
+            cell_timeout_s: int = 60, passed: set[str] | None = None) -> dict[str, str]:
     """{test cell: '' if the student's code gives the reference's outputs on fresh inputs, else why not}.
 
     Only the test cells in `passed` are re-checked (all when None): those that earned points in the notebook,
@@ -133,7 +115,7 @@ def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, packag
     generator = torch.Generator().manual_seed(secrets.randbits(63))
     inputs = fresh_inputs(probes, generator)
     cells = student_cells(notebook)
-    wall_s = recheck_wall_s(cell_timeout_s, notebook_s)
+    wall_s = recheck_wall_s(cell_timeout_s, len(cells) + len(probes))
     skipped: dict[int, str] = {}          # position in `cells` -> why the re-check left it out
     stuck_probes: set[str] = set()
     for _ in range(MAX_RUNS):
@@ -141,14 +123,16 @@ def recheck(assignment: str, notebook: nbformat.NotebookNode, work: Path, packag
         work.mkdir(parents=True)
         save_file({f"{name}.{key}": value.contiguous() for name, values in inputs.items() for key, value in values.items()},
                   str(work / "inputs.safetensors"))
-        code = ["" if position in skipped else text for position, (_, text, _) in enumerate(cells)]
+        code = ["" if position in skipped else text for position, (_, text) in enumerate(cells)]
         (work / "code.json").write_text(json.dumps({"cells": code, "probes": {
             name: p.sandbox_code for name, p in probes.items() if name not in stuck_probes}}))
         run = sandbox.python(work, package, "probe", "code.json", "inputs.safetensors", ".", str(cell_timeout_s),
                              limits=sandbox.Limits(wall_s=wall_s))
         stuck = _stuck_step(work)
         if isinstance(stuck, int) and 0 <= stuck < len(cells) and stuck not in skipped:
-            skipped[stuck] = f"cell {cells[stuck][0] + 1} ran past the {cell_timeout_s} s limit in the re-check"
+            number = student_cell_number(notebook.cells[cells[stuck][0]])
+            name = f"cell {number}" if number else f"cell {cells[stuck][0] + 1} of the graded notebook"
+            skipped[stuck] = f"{name} ran past the {cell_timeout_s} s limit in the re-check"
         elif isinstance(stuck, str) and stuck in probes and stuck not in stuck_probes:
             stuck_probes.add(stuck)
         else:

@@ -64,6 +64,14 @@ def write_summary(results, folder: Path) -> Path:
     lines = [f"# Summary: {len(results)} submissions ({ungraded} could not be graded)", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    # Where the class's time went, slowest first: an instructor sees which submissions held the graders, and in what.
+    timed = sorted((r for r in results if r.time_line()), key=lambda r: -r.timings.get("sandbox_run", 0.0)
+                   - r.timings.get("recheck", 0.0))
+    if timed:
+        lines += ["", "## Grading time per submission", "", "| student | notebook and re-check | slow cells |",
+                  "|---|---|---|"]
+        lines += [f"| {r.student} | {r.time_line()} | "
+                  + "; ".join(r.slow_cells).replace("|", "/") + " |" for r in timed]
     (folder / "summary.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     if rows:
         import matplotlib

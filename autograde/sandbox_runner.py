@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 import traceback
 
@@ -171,10 +172,14 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str, report_fd: s
     # written below, say) can stop the check's answer from reaching the grader.
     report(kernel=kernel_changes(trial.cells[-1], nonce))
     for index in client.interrupted:
-        # The cell's own KeyboardInterrupt says nothing a student can act on: say that the grader stopped it.
+        # The cell's own KeyboardInterrupt says nothing a student can act on: say that the grader stopped it, and
+        # where, for the re-check, which runs the cell's statements before that line, as far as the notebook got.
+        line = interrupted_line(trial.cells[index])
+        where = f" at line {line}" if line else ""
         trial.cells[index].outputs = [o for o in trial.cells[index].outputs if o.get("output_type") != "error"] + [
             nbformat.v4.new_output("error", ename=CELL_TIMEOUT, evalue=f"this cell ran past the {timeout} s limit "
-                                   "and was interrupted", traceback=[f"{CELL_TIMEOUT}: interrupted at {timeout} s"])]
+                                   f"and was interrupted{where}", traceback=[f"{CELL_TIMEOUT}: interrupted at "
+                                                                             f"{timeout} s{where}"])]
     save(mark_skipped(trial), out_path, report)
     try:
         with open(out_path + ".timings.json", "w", encoding="utf-8") as handle:
@@ -184,7 +189,7 @@ def execute(notebook_path: str, out_path: str, cell_timeout_s: str, report_fd: s
     report(done=True)
     if zygote is not None and spec is not None:
         try:
-            report(probe=recheck_here(zygote, spec, original, trial, skipped, timeout))
+            report(probe=recheck_here(zygote, spec, original, trial, mark_skipped(trial), timeout))
         except Exception as error:  # noqa: BLE001 - the grader then re-checks in a sandbox of its own
             report(probe={"failed": f"{type(error).__name__}: {error}"[:300]})
 
@@ -558,10 +563,67 @@ def stop_other_processes(keep: set[int]) -> None:
             pass
 
 
-MAGIC_LINE = ("%", "!")     # IPython-only lines, which the re-check's plain Python drops (autograde.recheck.MAGIC)
+MAGIC_LINE = ("%", "!")     # IPython-only lines, which the re-check's plain Python leaves out
+CELL_IN = re.compile(r"Cell In\[(\d+)\], line (\d+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def recheck_here(zygote: "Zygote", spec: dict, original, trial, skipped: dict[int, str], timeout: int) -> dict:
+def interrupted_line(cell) -> int | None:
+    """The line of `cell` its KeyboardInterrupt stopped, from IPython's traceback: the first frame in this cell
+    (`Cell In[n], line L`, n its execution count) is the top-level statement that was running."""
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error" and output.get("ename") == "KeyboardInterrupt":
+            for frame in output.get("traceback", []):
+                found = CELL_IN.search(ANSI.sub("", str(frame)))
+                if found and int(found.group(1)) == cell.get("execution_count"):
+                    return int(found.group(2))
+    return None
+
+
+def statements_before(source: str, line: int) -> str:
+    """The top-level statements of `source` that end before the statement holding `line` ("" if it does not parse)."""
+    import ast
+    try:
+        body = ast.parse(source).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""
+    for node in body:
+        if node.end_lineno >= line:
+            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            return "\n".join(source.splitlines()[:start - 1])
+    return source
+
+
+TIMED_OUT_AT = re.compile(r"interrupted at line (\d+)$")
+
+
+def recheck_source(cell) -> str:
+    """What the re-check runs of one student cell: what the notebook's run ran of it.
+
+    IPython-only lines (%magic, !shell) are blanked, keeping the line numbers. A cell the run skipped (it killed the
+    kernel, or ignored its interrupt and was stopped) is left out. A cell interrupted at its time limit runs only
+    its statements before the one that was interrupted: they ran in the notebook, and a function defined before the
+    slow line keeps its points; the slow statement itself is never run a second time. Nothing in the cell's text or
+    outputs can make the re-check run more than the cell's own code."""
+    errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+    names = {str(o.get("ename")) for o in errors}
+    if names & {KERNEL_DIED, CELL_STOPPED}:
+        return ""
+    code = "\n".join("" if line.lstrip().startswith(MAGIC_LINE) else line for line in cell.source.splitlines())
+    if CELL_TIMEOUT in names:
+        found = next((TIMED_OUT_AT.search(str(o.get("evalue", ""))) for o in errors if o.get("ename") == CELL_TIMEOUT),
+                     None)
+        return statements_before(code, int(found.group(1))) if found else ""
+    return code
+
+
+def recheck_cells(notebook) -> list[str]:
+    """recheck_source of every code cell that is not a test, in order: what the re-check runs before its probes."""
+    return [recheck_source(cell) for cell in notebook.cells
+            if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade")]
+
+
+def recheck_here(zygote: "Zygote", spec: dict, original, trial, notebook_as_run, timeout: int) -> dict:
     """The grader's re-check (autograde/recheck.py), run here after the last cell instead of in a sandbox of its
     own: the student's non-test cells, then the probe of each test cell that passed, in a process forked from the
     zygote, after every process the notebook left is killed. It writes its results in a new folder of a random
@@ -573,10 +635,7 @@ def recheck_here(zygote: "Zygote", spec: dict, original, trial, skipped: dict[in
               if original.cells[index].metadata.get("nbgrader", {}).get("grade") and cell.get("execution_count")
               and not any(o.get("output_type") == "error" for o in cell.get("outputs", []))}
     probes = {name: code for name, code in spec.get("probes", {}).items() if name in passed}
-    cells = ["" if index in skipped else
-             "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(MAGIC_LINE))
-             for index, cell in enumerate(original.cells)
-             if cell.cell_type == "code" and not cell.metadata.get("nbgrader", {}).get("grade")]
+    cells = recheck_cells(notebook_as_run)
     stop_other_processes({zygote.pid})
     folder = f".probe-{secrets.token_hex(8)}"
     os.mkdir(folder, 0o700)

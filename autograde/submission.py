@@ -159,6 +159,12 @@ def rebuild(submitted: nbformat.NotebookNode, released: nbformat.NotebookNode, a
     return Rebuilt(notebook, notes)
 
 
+def recheck_steps(notebook: nbformat.NotebookNode) -> int:
+    """The most steps a re-check of the rebuilt `notebook` can have (autograde.recheck.recheck_wall_s): each code
+    cell is either a cell the re-check runs or a test cell with at most one probe."""
+    return sum(cell.cell_type == "code" for cell in notebook.cells)
+
+
 # nbgrader's markers of a hidden-test region. In a student's own text (a note in a markdown cell, a comment)
 # nbgrader would take one for a region to remove, and fail the whole submission on a marker without its pair.
 HIDDEN_TEST_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")

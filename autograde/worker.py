@@ -177,6 +177,7 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
         passed = {g.name for g in notebook.grades if (g.auto_score or 0) > 0}
     executed = nbformat.read(autograded, as_version=4)
     unreached = _unreached_tests(executed)
+    slow = slow_cells(executed, int(cell_timeout_s))
     clock = time.monotonic()
     verdicts = {}
     if sandboxed:
@@ -185,7 +186,7 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
         phases["recheck_in_run"] = float(verdicts is not None)
         if verdicts is None:
             verdicts = recheck(assignment, executed, Path(course) / "sandbox" / "probe", package_dir,
-                               int(cell_timeout_s), _notebook_seconds(Path(course)), passed | unreached)
+                               int(cell_timeout_s), passed | unreached)
     phases["recheck"] = time.monotonic() - clock
     flags, rescued = {}, []
     with Gradebook(config.CourseDirectory.db_url) as gb:
@@ -207,9 +208,9 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
         # or cut short cannot vouch for its own; only the tests the re-check confirmed out of process kept points.
         flags[KERNEL] = "; ".join(record)
     (Path(course) / "recheck.json").write_text(json.dumps({"verdicts": verdicts, "flagged": flags,
-                                                            "rescued": rescued}))
-    if flags or rescued:
-        _explain_in_feedback(autograded, flags, rescued)
+                                                            "rescued": rescued, "slow": list(slow.values())}))
+    if flags or rescued or slow:
+        _explain_in_feedback(autograded, flags, rescued, slow)
 
     clock = time.monotonic()
     result = api.generate_feedback(assignment, student, force=True)
@@ -217,15 +218,6 @@ def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_s
     if not result["success"]:
         raise SystemExit(f"nbgrader generate_feedback failed: {_last_error(result)}")
     _write_timings(Path(course), {**started, **phases})
-
-
-def _notebook_seconds(course: Path) -> float:
-    """How long the sandboxed notebook ran, as the grader measured it from outside the sandbox."""
-    import json
-    try:
-        return float(json.loads((course / "sandbox" / "timings.json").read_text())["sandbox_run"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0.0
 
 
 def _write_timings(course: Path, phases: dict[str, float]) -> None:
@@ -265,19 +257,59 @@ def _unreached_tests(notebook) -> set[str]:
             and any(o.get("ename") == NOT_RUN for o in cell.get("outputs", []))}
 
 
-def _explain_in_feedback(autograded: Path, flags: dict[str, str], rescued: list[str] = ()) -> None:
-    """Put the re-check's verdict under each test cell it overruled or graded, where the feedback page shows it."""
+def slow_cells(notebook, cell_timeout_s: int) -> dict[int, str]:
+    """{notebook index: what happened, in the student's words} for each cell the run stopped at the cell limit.
+
+    The errors are the runner's own (sandbox_runner.py); the cell's number is the one it has in the student's own
+    notebook (submission.ORIGIN), so that the student can find it."""
+    from autograde.sandbox_runner import CELL_STOPPED, CELL_TIMEOUT, TIMED_OUT_AT
+    from autograde.submission import student_cell_number
+    found = {}
+    for index, cell in enumerate(notebook.cells):
+        errors = {o.get("ename"): str(o.get("evalue", "")) for o in cell.get("outputs", [])
+                  if o.get("output_type") == "error"}
+        if cell.cell_type != "code" or not {CELL_TIMEOUT, CELL_STOPPED} & set(errors):
+            continue
+        test = cell.metadata.get("nbgrader", {}).get("grade_id") if cell.metadata.get("nbgrader", {}).get("grade") \
+            else None
+        number = student_cell_number(cell)
+        name = f"test cell '{test}'" if test else f"cell {number}" if number else "a cell of the release"
+        at = TIMED_OUT_AT.search(errors.get(CELL_TIMEOUT, ""))
+        if test:
+            text = "was stopped; it scored 0, and the cells after it ran normally"
+        elif CELL_TIMEOUT in errors and at:
+            text = (f"was stopped at line {at.group(1)}; the cells after it ran normally, with what its lines before "
+                    f"line {at.group(1)} had defined")
+        elif CELL_TIMEOUT in errors:
+            text = "was stopped; the cells after it ran normally"
+        else:
+            text = ("ignored the interrupt, so it was stopped; the notebook was run again without it, and the cells "
+                    "after it ran normally")
+        found[index] = f"{name} ran past the {cell_timeout_s} s limit and {text}"
+    return found
+
+
+def _explain_in_feedback(autograded: Path, flags: dict[str, str], rescued: list[str] = (),
+                         slow: dict[int, str] | None = None) -> None:
+    """Put the re-check's verdict under each test cell it overruled or graded, and a note under each cell stopped at
+    the cell limit, where the feedback page shows them."""
     import html
 
     import nbformat
     nb = nbformat.read(autograded, as_version=4)
+    slow = slow or {}
     cells = []
+    if slow:
+        cells.append(nbformat.v4.new_markdown_cell(
+            "**Slow cells.** " + " ".join(html.escape(text[0].upper() + text[1:]) + "." for text in slow.values())))
     if KERNEL in flags:
         cells.append(nbformat.v4.new_markdown_cell(
             f"**Flagged for the instructor.** {html.escape(flags[KERNEL])}. Such a change can make a failed test "
             "look passed inside the notebook, so only the tests confirmed outside the notebook kept their points."))
-    for cell in nb.cells:
+    for index, cell in enumerate(nb.cells):
         cells.append(cell)
+        if index in slow:
+            cells.append(nbformat.v4.new_markdown_cell(f"**Stopped at the time limit.** {html.escape(slow[index])}."))
         gid = cell.metadata.get("nbgrader", {}).get("grade_id")
         if gid in flags:
             cells.append(nbformat.v4.new_markdown_cell(

@@ -21,10 +21,11 @@ def after(gid: str, code: str) -> dict[str, str]:
     return {gid: REF[gid] + "\n" + code}
 
 
-def with_added_cell(code: str, softmax_np: str | None = None, **metadata) -> nbformat.NotebookNode:
-    """The complete solution (with softmax_np's cell replaced, if given) and one more top-level cell of the
-    student's own, after the imports."""
-    nb = submission(A, {} if softmax_np is None else {"softmax_np": softmax_np})
+def with_added_cell(code: str, softmax_np: str | None = None, replace: dict[str, str] | None = None,
+                    **metadata) -> nbformat.NotebookNode:
+    """The complete solution (with softmax_np's cell, or those of `replace`, replaced) and one more top-level cell of
+    the student's own, after the imports."""
+    nb = submission(A, {**({} if softmax_np is None else {"softmax_np": softmax_np}), **(replace or {})})
     first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     nb.cells.insert(first_code + 1, nbformat.v4.new_code_cell(code, metadata=metadata))
     return nb
@@ -48,6 +49,23 @@ def uniform_softmax_np_with(cheat: str) -> dict[str, str]:
 SWALLOW = "get_ipython().set_custom_exc((BaseException,), lambda shell, etype, evalue, tb, tb_offset=None: None)"
 FLOAT64_SOFTMAX_NP = REF["softmax_np"].replace("def softmax_np(x", "def _softmax_np(x") + (
     "\n\ndef softmax_np(x, axis=-1):\n    return _softmax_np(x, axis=axis).astype(np.float64)\n")
+
+
+# Ways to swallow the errors of later cells, each behind a softmax that computes in float64 (a known-wrong one):
+# honest, it scores 5 (test_softmax_np 3 and test_attention_scores 2, which do not call softmax). Swallowed, every
+# test passes in the kernel, and only the re-check can say which passed for real: it must be at least as strict as
+# the tests, so that the score is never above the honest one. Before, the re-check of test_softmax_masked and
+# test_sdpa_mask never fed float32, and these scored 7 to 10.
+SWALLOWERS = {
+    "showtraceback": ("get_ipython().showtraceback = lambda *a, **k: None", True),
+    "custom_exc_any": (SWALLOW, True),
+    "custom_exc_assertion": ("get_ipython().set_custom_exc((AssertionError,), "
+                             "lambda shell, etype, evalue, tb, tb_offset=None: None)", True),
+    # IPython never calls sys.excepthook for a cell's error: nothing is swallowed, nothing flagged
+    "excepthook": ("import sys\nsys.excepthook = lambda *a: None", None),
+    "pre_run_cell": ("def _quiet(info):\n    get_ipython().showtraceback = lambda *a, **k: None\n"
+                     "get_ipython().events.register('pre_run_cell', _quiet)", True),
+}
 
 
 SAVED_ALIAS = """_saved_softmax = torch.softmax
@@ -252,6 +270,9 @@ def cases() -> dict[str, tuple]:
         "kill_the_zygote": (with_added_cell(KILL_THE_ZYGOTE), 16, False, None),
         "settrace_skip_asserts": (submission(A, uniform_softmax_np_with(
             "import sys\ndef _skip(frame, event, arg):\n    return _skip\nsys.settrace(_skip)")), 13, None, None),
+        **{f"swallow_{name}_float64_softmax": (with_added_cell(code, replace={"softmax": WRONG["softmax_in_float64"]["code"]}),
+                                               5, flagged, None) for name, (code, flagged) in SWALLOWERS.items()},
+        "honest_float64_softmax": (submission(A, {"softmax": WRONG["softmax_in_float64"]["code"]}), 5, False, None),
         # reading what it must not, and echoing hidden tests
         "read_forbidden_files": (submission(A, after("softmax_np", reads)), 16, False, None),
         "import_reference": (submission(A, {"softmax_np": "from attnlab.layers.softmax import softmax_np"}), 13, False, None),

@@ -91,8 +91,9 @@ PROBES = {
         reference=lambda i: (*(torch.softmax(i["x"], dim=d) for d in (0, 1, 2)), torch.tensor([1.0]))),
     "test_softmax_masked": Probe(
         inputs=lambda g: {"x": _masked_logits(g, (3, 4, 6))},
-        code=library_off("softmax(inputs['x'], dim=-1)"),
-        reference=lambda i: (_softmax_zero_rows(i["x"], -1),)),
+        code=library_off("softmax(inputs['x'], dim=-1)")
+             + _float32_flags("softmax(inputs['x'].float(), dim=-1)") + "result = [result, flags]",
+        reference=lambda i: (_softmax_zero_rows(i["x"], -1), torch.tensor([1.0]))),
     "test_attention_scores": Probe(
         inputs=_qkv,
         code="import torch\nresult = [attention_scores(inputs['q'], inputs['k'])]\n"
@@ -108,8 +109,11 @@ PROBES = {
                              torch.tensor([1.0]))),
     "test_sdpa_mask": Probe(
         inputs=_mask_inputs,
-        code=library_off("scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'], mask=inputs['mask'])"),
+        code=library_off("scaled_dot_product_attention(inputs['q'], inputs['k'], inputs['v'], mask=inputs['mask'])")
+             + _float32_flags("scaled_dot_product_attention(*(inputs[n].float() for n in 'qkv'), mask=inputs['mask'])")
+             + "result = [*result, flags]",
         reference=lambda i: (F.scaled_dot_product_attention(i["q"], i["k"], i["v"], attn_mask=i["mask"]),
                              _softmax_zero_rows((i["q"] @ i["k"].transpose(-2, -1) / math.sqrt(8))
-                                                .masked_fill(~i["mask"], NINF), -1))),
+                                                .masked_fill(~i["mask"], NINF), -1),
+                             torch.tensor([1.0]))),
 }

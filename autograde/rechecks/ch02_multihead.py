@@ -27,7 +27,7 @@ def _mask_inputs(g):
 def _mask_reference(i):
     t = int(i["t"])
     return (torch.ones(t, t, dtype=torch.bool).tril().double(),
-            (torch.arange(7)[None, :] < i["lengths"][:, None])[:, None, None, :].double())
+            (torch.arange(7)[None, :] < i["lengths"][:, None])[:, None, None, :].double(), torch.tensor([1.0, 1.0]))
 
 
 def _mha_module():
@@ -73,7 +73,10 @@ PROBES = {
         reference=_heads_reference, rtol=0, atol=0),
     "test_masks": Probe(
         inputs=_mask_inputs,
-        code="result = [causal_mask(int(inputs['t'])).double(), padding_mask(inputs['lengths'], max_len=7).double()]",
+        # the values as 0/1, then whether each mask is torch.bool (the tests check the dtype: a float tril is wrong)
+        code="import torch\n"
+             "c, p = causal_mask(int(inputs['t'])), padding_mask(inputs['lengths'], max_len=7)\n"
+             "result = [c.double(), p.double(), torch.tensor([float(c.dtype == torch.bool), float(p.dtype == torch.bool)])]",
         reference=_mask_reference, rtol=0, atol=0,
         refusals=("padding_mask(torch.tensor([8]), max_len=7)", "padding_mask(torch.tensor([-1]), max_len=7)")),
     "test_mha_self": Probe(inputs=_mha_inputs, code=MHA_SELF, reference=lambda i: _mha_reference(i, cross=False)),

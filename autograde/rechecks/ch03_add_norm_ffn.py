@@ -20,7 +20,8 @@ def _norm_inputs(g):
 
 
 def _norm_reference(i):
-    return tuple(F.layer_norm(i["x"], (D_MODEL,), i["weight"], i["bias"], eps) for eps in (1e-5, 1.0))
+    return (*(F.layer_norm(i["x"], (D_MODEL,), i["weight"], i["bias"], eps) for eps in (1e-5, 1.0)),
+            F.layer_norm(i["x"][0], (D_MODEL,), i["weight"], i["bias"], 1e-5), torch.tensor([1.0]))
 
 
 def _sublayer_inputs(g):
@@ -117,8 +118,12 @@ for name, norm_first in (("post", False), ("pre", True)):
 PROBES = {
     "test_layer_norm": Probe(
         inputs=_norm_inputs,
-        code="result = [layer_norm(inputs['x'], inputs['weight'], inputs['bias'], eps) for eps in (1e-5, 1.0)]",
-        reference=_norm_reference,
+        # then a 2-D float32 call, as the tests make: its values (to float32's precision), and a float32 result
+        code="import torch\n"
+             "result = [layer_norm(inputs['x'], inputs['weight'], inputs['bias'], eps) for eps in (1e-5, 1.0)]\n"
+             "y32 = layer_norm(inputs['x'][0].float(), inputs['weight'].float(), inputs['bias'].float(), 1e-5)\n"
+             "result += [y32, torch.tensor([float(y32.dtype == torch.float32)])]",
+        reference=_norm_reference, per_output={2: (1e-5, 1e-5)},
         refusals=("layer_norm(torch.randn(2, 5, dtype=torch.float64), torch.ones(4, dtype=torch.float64), "
                   "torch.zeros(4, dtype=torch.float64))",)),
     "test_add_norm": Probe(inputs=_sublayer_inputs, code=ADD_NORM, reference=_add_norm_reference),

@@ -79,7 +79,7 @@ def _encoder_reference(i):
     for name, norm_first in (("post", False), ("pre", True)):
         with torch.no_grad():
             out.append(load(Encoder(_config(**PLAIN, norm_first=norm_first)), i, name)(i["ids"], i["mask"])[i["mask"]])
-    return tuple(out)
+    return (*out, torch.tensor([1.0]))
 
 
 ENCODER = LOAD + '''
@@ -90,6 +90,11 @@ for name, norm_first in (("post", False), ("pre", True)):
     with torch.no_grad():
         encoder = _load(Encoder(EncoderConfig(**PLAIN, norm_first=norm_first)), name)
         result.append(encoder(inputs["ids"], attention_mask=inputs["mask"])[inputs["mask"]])
+# The notebook's test runs a float32 encoder with the paper's positions: it must run, and stay float32 (a float64
+# table of positions, say, makes float64 embeddings that the float32 layers refuse).
+with torch.no_grad():
+    paper = Encoder(EncoderConfig(**{**PLAIN, "positions": "sinusoidal"})).eval()(inputs["ids"], inputs["mask"])
+result.append(torch.tensor([float(paper.dtype == torch.float32)]))
 '''
 
 
@@ -129,9 +134,10 @@ with torch.no_grad():
 PROBES = {
     "test_sinusoidal_positional_encoding": Probe(
         inputs=_pe_inputs,
-        code="import torch\nresult = [sinusoidal_positional_encoding(int(inputs['shape'][0]), int(inputs['shape'][1])).double()]",
-        # the exercise returns float32: a correct table is within 1e-4 of the float64 one (see its test)
-        reference=_pe_reference, rtol=0, atol=1e-4,
+        code="import torch\npe = sinusoidal_positional_encoding(int(inputs['shape'][0]), int(inputs['shape'][1]))\n"
+             "result = [pe.double(), torch.tensor([float(pe.dtype == torch.float32)])]",
+        # the exercise returns float32 (its test checks the dtype): a correct table is within 1e-4 of the float64 one
+        reference=lambda i: (*_pe_reference(i), torch.tensor([1.0])), rtol=0, atol=1e-4,
         refusals=("sinusoidal_positional_encoding(10, 7)", "sinusoidal_positional_encoding(0, 8)")),
     "test_embeddings": Probe(
         inputs=_embeddings_inputs, code=EMBEDDINGS, reference=_embeddings_reference,

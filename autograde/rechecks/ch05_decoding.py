@@ -18,8 +18,9 @@ def _mask_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     t_new, past = (int(x) for x in i["shape"])
     causal = torch.ones(past + t_new, past + t_new, dtype=torch.bool).tril()[past:]
     padded = (causal[None, None] & i["attention_mask"][:, None, None, :]).double()
-    # the last two: the padded mask's dtype is bool (1.0) for a bool attention_mask and for a 0/1 integer one
-    return causal.double(), padded, torch.tensor(1.0), torch.tensor(1.0)
+    # the last three: the padded mask's dtype is bool (1.0) for a bool attention_mask and for a 0/1 integer one, and
+    # so is the causal mask's (the tests check it: a float tril is wrong)
+    return causal.double(), padded, torch.tensor(1.0), torch.tensor(1.0), torch.tensor(1.0)
 
 
 def _cache_inputs(g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -102,10 +103,12 @@ PROBES = {
     "test_causal_mask_with_past": Probe(
         inputs=_mask_inputs,
         code="t_new, past = (int(x) for x in inputs['shape'])\n"
+             "causal = causal_mask_with_past(t_new, past)\n"
              "padded = decoder_self_attention_mask(t_new, past, inputs['attention_mask'])\n"
              "as_integers = decoder_self_attention_mask(t_new, past, inputs['attention_mask'].long())\n"
-             "result = [causal_mask_with_past(t_new, past).double(), padded.double(),\n"
-             "          torch.tensor(float(padded.dtype == torch.bool)), torch.tensor(float(as_integers.dtype == torch.bool))]",
+             "result = [causal.double(), padded.double(),\n"
+             "          torch.tensor(float(padded.dtype == torch.bool)), torch.tensor(float(as_integers.dtype == torch.bool)),\n"
+             "          torch.tensor(float(causal.dtype == torch.bool))]",
         reference=_mask_reference, rtol=0, atol=0,
         refusals=("causal_mask_with_past(0, 2)", "causal_mask_with_past(2, -1)")),
     "test_kv_cache": Probe(

@@ -143,10 +143,33 @@ def _gqa_inputs(g):
             "v": torch.randn(2, 2, 7, 8, generator=g, dtype=torch.float64), "mask": mask}
 
 
+# The notebook's test refuses an attention that copies K or V once per query head (repeat_kv, repeat_interleave,
+# expand then reshape): the right numbers, at n_heads / n_kv_heads times the memory. So does the re-check, the way
+# the test looks: a tensor returned by a torch function, of k's last two sizes, with storage of 3 k's or more.
 GQA_CODE = '''
+import torch
 z, weights = grouped_query_attention(inputs["q"], inputs["k"], inputs["v"], inputs["mask"])
 z_all, weights_all = grouped_query_attention(inputs["q"], inputs["k"], inputs["v"])
 result = [z, weights, z_all, weights_all, repeat_kv(inputs["k"], 3)]
+
+
+class _NewTensors(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.made = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self.made.append((tuple(out.shape), out.untyped_storage().nbytes()))
+        return out
+
+
+with _NewTensors() as seen:
+    grouped_query_attention(inputs["q"], inputs["k"], inputs["v"])
+k = inputs["k"]
+copies = [shape for shape, nbytes in seen.made if shape[-2:] == tuple(k.shape[-2:]) and nbytes >= 3 * k.nbytes]
+result.append(torch.tensor([float(not copies)]))                  # 1: K and V never copied per query head
 '''
 
 
@@ -158,7 +181,7 @@ def _gqa_reference(i):
     for m in (mask, None):
         weights = torch.softmax(scores if m is None else scores.masked_fill(~m, float("-inf")), dim=-1)
         out += [F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True), weights]
-    return (*out, k6)
+    return (*out, k6, torch.tensor([1.0]))
 
 
 def _layer_module():

@@ -50,9 +50,13 @@ def _rope_inputs(g):
             "positions": torch.randint(0, 16, (2, 5), generator=g)}   # float32 angles are exact enough below 16
 
 
+# The values are compared to 1e-6, which a rotation computed in float32 meets; the tests also require float64 in,
+# float64 out (assert_close checks the dtype), so the last output says whether every part came back in float64.
 ROPE_CODE = '''
+import torch
 result = [*decoupled_rope(inputs["q"], inputs["k"], inputs["positions"], 6),
           *decoupled_rope(inputs["q"], inputs["k"], inputs["positions"], 6, 100000.0)]
+result.append(torch.tensor([float(all(t.dtype == torch.float64 for t in result))]))
 '''
 
 
@@ -67,8 +71,9 @@ def _rotate(x, positions, theta):
 
 def _rope_reference(i):
     q, k, positions = i["q"], i["k"], i["positions"]
-    return tuple(t for theta in (10000.0, 100000.0)
-                 for t in (q[..., :D_NOPE], _rotate(q[..., D_NOPE:], positions, theta), _rotate(k, positions, theta)))
+    return (*(t for theta in (10000.0, 100000.0)
+              for t in (q[..., :D_NOPE], _rotate(q[..., D_NOPE:], positions, theta), _rotate(k, positions, theta))),
+            torch.tensor([1.0]))
 
 
 def _attention_inputs(g):
