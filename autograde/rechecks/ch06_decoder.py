@@ -93,6 +93,18 @@ def _grader_decode(model, target_ids, memory, source_mask=None, target_mask=None
             memory_key_padding_mask=None if source_mask is None else ~source_mask.bool())
     x = x if model.final_norm is None else model.final_norm(x)
     return model.lm_head(x)
+
+
+def _grader_eos(model, source, source_mask):
+    """An eos that row 0 reaches by its second step: the grader's own argmax loop, with no eos, shows which token
+    that is. Decoding with it, row 0 ends early, so a loop that does not stop when every row has ended, or lets an
+    ended row go on, is seen (with an eos no row reaches, it was not)."""
+    with torch.no_grad():
+        memory = model.encode(source, source_mask)
+        target = torch.ones(source.shape[0], 1, dtype=torch.long)
+        for _ in range(2):
+            target = torch.cat([target, model.decode(target, memory, source_mask)[:, -1].argmax(-1, keepdim=True)], 1)
+    return int(target[0, 2])
 '''
 
 CONFIG = ("TransformerConfig(source_vocab_size=30, target_vocab_size=25, d_model=24, n_heads=3, d_ff=40, "
@@ -118,11 +130,15 @@ model = _course_model(inputs)
 with torch.no_grad():
     model.lm_head.weight.mul_(20.0)
 model.decode = MethodType(_grader_decode, model)
+eos = _grader_eos(model, inputs["source"], inputs["source_mask"])
 calls = []
 _encode = model.encode
 model.encode = lambda *args, **kwargs: calls.append(1) or _encode(*args, **kwargs)
-result = [greedy_translate(model, inputs["source"], inputs["source_mask"], max_len=8, eos_id=5).double()]
-result.append(torch.tensor(float(len(calls))))                 # the source is encoded once
+result = [greedy_translate(model, inputs["source"], inputs["source_mask"], max_len=8, eos_id=5).double(),
+          # rows that end at different steps, and row 0 alone, which must stop by its second token
+          greedy_translate(model, inputs["source"], inputs["source_mask"], max_len=8, eos_id=eos).double(),
+          greedy_translate(model, inputs["source"][:1], inputs["source_mask"][:1], max_len=8, eos_id=eos).double()]
+result.append(torch.tensor(float(len(calls))))                 # the source is encoded once a call
 '''
 
 
@@ -159,7 +175,11 @@ def _greedy_reference(i: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     with torch.no_grad():
         model.lm_head.weight.mul_(20.0)
     model.decode = MethodType(scope["_grader_decode"], model)
-    return greedy_translate(model, i["source"], i["source_mask"], max_len=8, eos_id=5).double(), torch.tensor(1.0)
+    eos = scope["_grader_eos"](model, i["source"], i["source_mask"])
+    return (greedy_translate(model, i["source"], i["source_mask"], max_len=8, eos_id=5).double(),
+            greedy_translate(model, i["source"], i["source_mask"], max_len=8, eos_id=eos).double(),
+            greedy_translate(model, i["source"][:1], i["source_mask"][:1], max_len=8, eos_id=eos).double(),
+            torch.tensor(3.0))
 
 
 PROBES = {
