@@ -88,7 +88,8 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.engine
         Engine, EngineStats, choose_decode_kernel, new_paged_caches [9]
     attnlab.serving.paged_cache
-        PagedCache, PagedLatentCache, PrefillChunk, StepMetadata, build_step, to_device [9]
+        NUMPY_DTYPES, PagedCache, PagedLatentCache, PrefillChunk, StepMetadata, build_step,
+        host_tensor, to_device [9]
     attnlab.serving.paged_kv
         write_paged, gather_paged, paged_attention [9]
     attnlab.serving.prefix_cache

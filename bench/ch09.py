@@ -2,7 +2,8 @@
 sequences fit a fixed KV budget; what prefix sharing saves; the engine on SmolLM2 against static padded batches
 (attnlab's generate and transformers') on one request set, in interleaved rounds; its useful FLOP/s as a share of
 this machine's matmul rate and memory bandwidth, and whether a decode step is compute- or memory-bound; a serving
-trace with Poisson arrivals, chunked prefill on and off; host synchronisations per decode step."""
+trace with Poisson arrivals, chunked prefill on and off; host synchronisations per decode step; the host's work per
+decode step with the model stubbed out, at 64 and 192 rows of 512 tokens."""
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ from attnlab.decoding.layout import prepare_for_decoding
 from attnlab.serving.engine import Engine
 from attnlab.weights.gguf import load_llama_gguf
 from attnlab.weights.gguf_tokenizer import chat_prompt, tokenizer_from_gguf
-from tests.engine_probes import host_syncs_per_decode_step
+from tests.engine_probes import decode_host_engine, host_syncs_per_decode_step
 from tests.llama_reference import transformers_twin
 
 ROUNDS = 3                      # interleaved rounds of the engine and both static batchings; medians reported
@@ -288,6 +289,28 @@ def _syncs() -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+HOST_STEPS = 40
+
+
+def _host_cost() -> list[str]:
+    """What a decode step costs the host (schedule, metadata, sampling, postprocess) with the model stubbed out:
+    the floor under a GPU step that no GPU can lower. nano-vllm's scheduler and decode metadata took 0.24-0.25 ms at
+    64 rows and 0.68-1.25 ms at 192 on this project's CPU (measured beside attnlab's, issue 49)."""
+    lines = []
+    for rows in (64, 192):
+        engine = decode_host_engine(rows, 512)
+        times = []
+        for _ in range(HOST_STEPS):
+            started = time.perf_counter()
+            engine.step()
+            times.append(time.perf_counter() - started)
+        median = statistics.median(times)
+        lines.append(f"host work per decode step, {rows} rows of 512 tokens, model stubbed out: {median * 1e3:.2f} ms "
+                     f"median of {HOST_STEPS} ({median / rows * 1e6:.1f} us a row; fastest {min(times) * 1e3:.2f} ms)")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------------------------
 def _sharing(model, tokenizer) -> list[str]:
     system = " ".join(HELD_OUT.read_text(encoding="utf-8").split()[:220])
     chats = [tokenizer.encode(chat_prompt([{"role": "user", "content": q}], system=system)).ids for q in QUESTIONS]
@@ -326,7 +349,7 @@ def _sharing(model, tokenizer) -> list[str]:
 def run():
     """Each part's lines as soon as it is done (the whole takes about ten minutes on 2 cores)."""
     torch.set_num_threads(2)
-    yield from _memory() + _syncs()
+    yield from _memory() + _syncs() + _host_cost()
     model, metadata = load_llama_gguf(max_seq_len=2048)
     prepare_for_decoding(model)
     tokenizer = tokenizer_from_gguf(metadata)

@@ -18,7 +18,7 @@ from attnlab.serving.block_table import slot_mapping
 from attnlab.serving.sequence import SamplingParams, Sequence
 from attnlab.serving.engine import Engine
 from attnlab.serving.paged_kv import gather_paged, paged_attention, write_paged
-from tests.engine_probes import host_syncs_per_decode_step
+from tests.engine_probes import host_syncs, host_syncs_per_decode_step
 
 
 class Shadow:
@@ -329,9 +329,11 @@ def test_forks_count_toward_max_num_seqs_in_every_step():
 
 def test_host_synchronisations_do_not_grow_with_the_number_of_layers():
     """torch's profiler counts the operations that read a tensor back to the host (item(), nonzero, boolean
-    indexing). A decode step may do a few once, never a few per layer."""
+    indexing). A decode step may do a few once, never a few per layer (since its slots are computed from integers,
+    it does none)."""
+    x = torch.arange(4.0)
+    assert host_syncs(lambda: (x.sum().item(), x[x > 1])) == 2, "the count itself is broken"
     two, thirty = host_syncs_per_decode_step(2), host_syncs_per_decode_step(30)
-    assert two > 0, "the profiler counted nothing: the count itself is broken"
     assert thirty == two, f"host synchronisations per decode step: {two} with 2 layers, {thirty} with 30"
 
 
@@ -406,3 +408,14 @@ def test_paged_attention_on_bf16_pools_accumulates_in_float32():
     want = paged_attention(q.float(), k_pool.float(), v_pool.float(), tables, lens_t)
     cosine = F.cosine_similarity(z.double().flatten(), want.double().flatten(), dim=0)
     assert 1 - cosine < 5e-6, f"cosine distance {1 - cosine:.2e} against float32 on the same bf16 inputs"
+
+
+def test_host_work_per_decode_step_does_not_grow_with_the_context():
+    """A decode's slot, position and length are plain integers, its block manager looks at its last block only, and a
+    block is hashed once, when it fills: the host's calls over 16 decode steps (each sequence fills one block in
+    them) are the same for contexts of 64 and 512 tokens, and grow with the rows alone. Before, every decode called
+    slot_mapping (a dozen torch ops) and the manager checked every block of every table, every step."""
+    from tests.engine_probes import host_calls_per_decode_steps
+    short, long = host_calls_per_decode_steps(8, 64), host_calls_per_decode_steps(8, 512)
+    assert long == short, f"host calls in 16 decode steps of 8 rows: {short} at 64 tokens, {long} at 512"
+    assert host_calls_per_decode_steps(16, 64) < 2.2 * short, "the host's work must grow with the rows, linearly"

@@ -88,7 +88,7 @@ class Engine:
                  max_num_batched_tokens: int = 512, prefix_caching: bool = True, preemption: bool = True,
                  attention: str | Callable = "auto", validate: bool = False, cuda_graphs: bool | None = None):
         self.model, self.config = model, model.config
-        self.manager = BlockManager(num_blocks, block_size, prefix_caching)
+        self.manager = BlockManager(num_blocks, block_size, prefix_caching, validate)
         self.scheduler = Scheduler(self.manager, max_num_seqs, max_num_batched_tokens, preemption)
         weight = next(model.parameters())
         self.device = weight.device

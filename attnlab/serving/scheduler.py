@@ -128,9 +128,9 @@ class Scheduler:
         if not self.preemption:
             self.check_room()
         budget, scheduled, preempted = self.max_num_batched_tokens, [], []
-        queue = list(self.running)
+        queue = deque(self.running)
         while queue and budget > 0:
-            seq = queue.pop(0)
+            seq = queue.popleft()
             n = min(seq.num_tokens - seq.num_computed, budget)
             while self.manager.blocks_needed(seq, n) > self.manager.allocator.num_free:
                 victim = queue.pop() if queue else seq
