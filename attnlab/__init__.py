@@ -86,7 +86,9 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.cuda_graphs
         DecodeBuffers, DecodeGraphs, graph_batch_sizes [9]
     attnlab.serving.engine
-        Engine, EngineStats, choose_decode_kernel, new_paged_caches [9]
+        Engine, EngineStats [9]
+    attnlab.serving.model_runner
+        ModelRunner, choose_decode_kernel, new_paged_caches [9]
     attnlab.serving.paged_cache
         NUMPY_DTYPES, PagedCache, PagedLatentCache, PrefillChunk, StepMetadata, build_step,
         host_tensor, to_device [9]

@@ -56,14 +56,14 @@ def main(argv: list[str] | None = None) -> int:
                     attention=args.attention)
     ids = [engine.add_request(tokenizer.encode(chat_prompt([{"role": "user", "content": p}])).ids,
                               args.max_new_tokens, eos_id)[0] for p in prompts]
-    pool = engine.manager.allocator
+    pool = engine.scheduler
     print(f"{len(prompts)} requests; a pool of {pool.num_blocks} blocks of {args.block_size} tokens, "
-          f"{engine.pool_nbytes / 2**20:.1f} MiB", flush=True)
+          f"{engine.runner.nbytes / 2**20:.1f} MiB", flush=True)
 
     def progress(engine: Engine, emitted: list[tuple[int, int]]) -> None:
         if engine.stats.steps % 10 == 0 or not engine.has_unfinished():
             print(f"step {engine.stats.steps:4d}: {len(engine.running):2d} running, {len(engine.waiting):2d} waiting, "
-                  f"{pool.num_blocks - pool.num_free:4d}/{pool.num_blocks} blocks held, "
+                  f"{pool.num_blocks - pool.num_free_blocks:4d}/{pool.num_blocks} blocks held, "
                   f"{len(engine.finished):2d} done", flush=True)
 
     started = time.perf_counter()

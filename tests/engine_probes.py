@@ -40,10 +40,10 @@ def decode_host_engine(rows: int, context: int, block_size: int = 16) -> Engine:
                     max_num_batched_tokens=rows * context, attention=lambda *args, **kwargs: None)
 
     def stub_forward(batch):
-        build_step(batch.seqs, block_size, engine.device, gather_decodes=False)
+        build_step(batch.seqs, block_size, engine.runner.device, gather_decodes=False)
         return torch.zeros(len(batch.seqs), model.config.vocab_size)
 
-    engine._forward = stub_forward
+    engine.runner.forward = stub_forward
     for i in range(rows):
         engine.add_request([(7 * i + j) % 60 + 3 for j in range(context - 8)], max_new_tokens=60)
     while engine.waiting or any(seq.num_generated == 0 for seq in engine.running):

@@ -190,8 +190,8 @@ def test_the_engine_on_the_kernels_equals_generating_each_request_alone(make_mod
     alone = [generate(model, torch.tensor([p]), n).tokens[0, len(p):].tolist() for p, n in reqs]
     # Preempts, and prefills in chunks of at most 16 tokens beside the decodes; unused slots NaN.
     engine = Engine(model, num_blocks=5, block_size=16, max_num_seqs=4, max_num_batched_tokens=16, attention="triton")
-    assert engine.attention == "triton" and all(cache.decode_kernel is not None for cache in engine.caches)
-    for cache in engine.caches:
+    assert engine.runner.attention == "triton" and all(cache.decode_kernel is not None for cache in engine.runner.caches)
+    for cache in engine.runner.caches:
         cache.k_pool.fill_(float("nan"))
         cache.v_pool.fill_(float("nan"))
     ids = [engine.add_request(p, n)[0] for p, n in reqs]
@@ -209,8 +209,8 @@ def test_two_engines_on_one_model_do_not_interfere():
     before = {name: getattr(layer.attn, "attention_fn") for name, layer in enumerate(model.layers)}
     on_kernels = Engine(model, num_blocks=8, block_size=16, attention="triton")
     on_torch = Engine(model, num_blocks=8, block_size=16, attention="torch")
-    assert all(c.decode_kernel is not None for c in on_kernels.caches)
-    assert all(c.decode_kernel is None for c in on_torch.caches)
+    assert all(c.decode_kernel is not None for c in on_kernels.runner.caches)
+    assert all(c.decode_kernel is None for c in on_torch.runner.caches)
     assert {name: layer.attn.attention_fn for name, layer in enumerate(model.layers)} == before
     prompt = [3, 1, 4, 1, 5]
     want = generate(model, torch.tensor([prompt]), 4).tokens[0, len(prompt):].tolist()
@@ -284,7 +284,7 @@ def test_kernels_never_write_past_the_heads_they_own():
 
 def test_the_engine_picks_torch_on_a_cpu_and_refuses_an_unknown_choice():
     model = tiny_llama()
-    assert Engine(model, num_blocks=8, block_size=16).attention == "torch"
+    assert Engine(model, num_blocks=8, block_size=16).runner.attention == "torch"
     with pytest.raises(ValueError, match="'auto', 'triton', 'torch' or a decode kernel"):
         Engine(model, num_blocks=8, block_size=16, attention="cuda")
 

@@ -270,7 +270,7 @@ def test_engine_outputs_equal_generating_each_request_alone(num_blocks, prefix_c
     model = make_model()
     engine = Engine(model, num_blocks=num_blocks, block_size=4, max_num_seqs=6, prefix_caching=prefix_caching,
                     max_num_batched_tokens=budget)
-    for cache in engine.caches:
+    for cache in engine.runner.caches:
         cache.k_pool.fill_(float("nan"))
         cache.v_pool.fill_(float("nan"))
     reqs = requests()
@@ -283,7 +283,7 @@ def test_engine_outputs_equal_generating_each_request_alone(num_blocks, prefix_c
         assert engine.stats.preemptions > 0, "the small pool was meant to force preemption"
     if prefix_caching and num_blocks == 200:
         assert engine.stats.prefill_tokens < sum(len(p) for p, _ in reqs), "the shared system prompt was not reused"
-    assert engine.manager.allocator.num_free == num_blocks, "blocks leaked"
+    assert engine.scheduler.num_free_blocks == num_blocks, "blocks leaked"
     assert max(steps) <= 6
 
 
@@ -370,7 +370,7 @@ def test_bad_input_is_refused_and_nothing_is_corrupted():
     first = engine.add_request([1, 2, 3], 4)[0]
     engine.step()
     seq = engine.running[0]
-    seq.block_table[0] = next(iter(engine.manager.allocator.free_ids))   # a table pointing at a free block
+    seq.block_table[0] = next(iter(engine.scheduler.manager.allocator.free_ids))   # a table pointing at a free block
     with pytest.raises(ValueError, match="free"):
         engine.step()
     strict = Engine(model, num_blocks=5, block_size=4, preemption=False)
@@ -380,7 +380,7 @@ def test_bad_input_is_refused_and_nothing_is_corrupted():
         strict.run()
     held = sorted(b for s in strict.running for b in s.block_table)
     assert len(strict.running) == 2 and all(s.num_computed == 8 for s in strict.running), "the refusal changed a sequence"
-    assert len(held) == len(set(held)) == 4 and strict.manager.allocator.num_free == 1, "the refusal changed the tables"
+    assert len(held) == len(set(held)) == 4 and strict.scheduler.num_free_blocks == 1, "the refusal changed the tables"
     assert first == 0
 
 
@@ -419,3 +419,35 @@ def test_host_work_per_decode_step_does_not_grow_with_the_context():
     short, long = host_calls_per_decode_steps(8, 64), host_calls_per_decode_steps(8, 512)
     assert long == short, f"host calls in 16 decode steps of 8 rows: {short} at 64 tokens, {long} at 512"
     assert host_calls_per_decode_steps(16, 64) < 2.2 * short, "the host's work must grow with the rows, linearly"
+
+
+def test_the_model_runner_reads_the_sequences_and_changes_none():
+    """The three boxes (nano-vllm's): the scheduler's next_step hands the runner a step with the copies its
+    copy-on-writes promised; the runner copies, runs and samples, and leaves every sequence as it found it; only the
+    scheduler's postprocess changes them. Driven by hand, the steps give the engine's own tokens and leak no block."""
+    model = tiny_llama()
+
+    def requests(engine):
+        return [engine.add_request(list(range(1 + i, 12 + i)), 6, n=2 if i == 1 else 1,
+                                   temperature=1.0 if i == 1 else 0.0, seed=i) for i in range(3)]
+
+    engine = Engine(model, num_blocks=30, block_size=4, max_num_seqs=4, max_num_batched_tokens=8)
+    requests(engine)
+    copies = 0
+    while engine.has_unfinished():
+        batch = engine.scheduler.next_step()
+        assert not engine.scheduler.manager.copies, "the copies travel in the step, not in the block manager"
+        copies += len(batch.copies)
+        state = lambda: [(s.seq_id, list(s.token_ids), list(s.block_table), s.num_computed, s.num_scheduled,  # noqa: E731
+                          [f.seq_id for f in s.forks]) for s in batch.seqs]
+        before = state()
+        token_ids = engine.runner.run(batch)
+        assert state() == before, "the model runner changed a sequence"
+        for seq in engine.scheduler.postprocess(batch, token_ids):
+            engine.finished[seq.seq_id] = seq
+    assert copies > 0, "the forks' copy-on-write was not exercised"
+    assert engine.scheduler.num_free_blocks == 30, "blocks leaked"
+    by_hand = {i: s.token_ids[s.prompt_len:] for i, s in engine.finished.items()}
+    stepped = Engine(model, num_blocks=30, block_size=4, max_num_seqs=4, max_num_batched_tokens=8)
+    requests(stepped)
+    assert stepped.run() == dict(sorted(by_hand.items()))

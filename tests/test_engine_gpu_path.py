@@ -65,7 +65,7 @@ def serve(model, prompts: list[list[int]], new_tokens: list[int], **engine_args)
     for prompt, n in zip(prompts, new_tokens):
         engine.add_request(prompt, n)
     outputs = engine.run()
-    assert engine.manager.allocator.num_free == 40, "blocks leaked"
+    assert engine.scheduler.num_free_blocks == 40, "blocks leaked"
     return outputs
 
 
@@ -130,16 +130,16 @@ def test_the_graph_path_is_used_for_decode_steps_and_refused_where_it_cannot_wor
     model = tiny_llama()
     engine = Engine(model, num_blocks=40, block_size=4, max_num_seqs=6, attention=sdpa_decode, cuda_graphs=True)
     sizes = []
-    run = engine.graphs.run
-    engine.graphs.run = lambda step: sizes.append(engine.graphs.size_for(step.num_decodes)) or run(step)
+    run = engine.runner.graphs.run
+    engine.runner.graphs.run = lambda step: sizes.append(engine.runner.graphs.size_for(step.num_decodes)) or run(step)
     for n in (3, 5, 7):
         engine.add_request(list(range(1, n + 1)), 5)
     engine.run()
     assert sizes and set(sizes) == {4}, f"three decodes run in the bucket of 4, got {sizes}"
-    assert engine.caches[0].k_pool.shape[0] == 41, "one pad block beyond the manager's 40"
+    assert engine.runner.caches[0].k_pool.shape[0] == 41, "one pad block beyond the manager's 40"
     with pytest.raises(ValueError, match="CUDA graphs"):
         Engine(model, num_blocks=40, block_size=4, attention="torch", cuda_graphs=True)
-    assert Engine(model, num_blocks=40, block_size=4).graphs is None, "no graphs unless asked for, on a CPU"
+    assert Engine(model, num_blocks=40, block_size=4).runner.graphs is None, "no graphs unless asked for, on a CPU"
 
 
 def test_sampling_on_the_device_draws_chapter_5s_tokens_for_the_same_seeds():
@@ -192,7 +192,7 @@ def test_a_graphed_decode_step_reads_nothing_back_but_the_sampled_ids(monkeypatc
     """Profiled on a CPU: in a decode step through the graph buffers, no operation reads a tensor back to the host
     (item(), bool(), boolean indexing) and one tolist() copies the sampled ids, apart from build_step, which works
     on host tensors before its one copy to the device."""
-    import attnlab.serving.engine as engine_module
+    import attnlab.serving.model_runner as engine_module
 
     model = tiny_llama()
     engine = Engine(model, num_blocks=64, block_size=4, max_num_seqs=8, attention=sdpa_decode, cuda_graphs=True)
@@ -265,7 +265,7 @@ def test_each_config_describes_its_cache_once_for_new_caches_and_the_paged_pools
     """CausalLM (chapter 5), Llama (chapter 7) and MLAModel (chapter 8): the contiguous caches of new_caches and
     the engine's paged pools both hold what config.cache_shapes says, and the length check is one and the same."""
     from attnlab.models.causal_lm import CausalLM, CausalLMConfig
-    from attnlab.serving.engine import new_paged_caches
+    from attnlab.serving.model_runner import new_paged_caches
 
     gpt = CausalLM(CausalLMConfig(vocab_size=64, d_model=32, n_heads=4, d_ff=64, n_layers=3, max_seq_len=40))
     for model in (gpt, tiny_llama(), tiny_mla()):

@@ -159,7 +159,7 @@ engine = Engine(model, num_blocks=4, block_size=16, attention="triton")
 ids = [engine.add_request(p, 24)[0] for p in prompts]
 outputs = engine.run()
 alone = [generate(model, torch.tensor([p]), 24).tokens[0, len(p):].tolist() for p in prompts]
-print("decode attention:", engine.attention, "| equal to generate:", all(outputs[i] == a for i, a in zip(ids, alone)),
+print("decode attention:", engine.runner.attention, "| equal to generate:", all(outputs[i] == a for i, a in zip(ids, alone)),
       "| preemptions:", engine.stats.preemptions)
 """
 

@@ -5,64 +5,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
-
-import torch
 
 from attnlab.decoding.generation import LanguageModel
 from attnlab.serving.block_manager import BlockManager
-from attnlab.serving.cuda_graphs import DecodeGraphs
-from attnlab.serving.paged_cache import PagedCache, PagedLatentCache, build_step, to_device
-from attnlab.serving.sampler import sample_on_device
+from attnlab.serving.model_runner import ModelRunner
 from attnlab.serving.scheduler import Scheduler, SchedulerOutput
 from attnlab.serving.sequence import SamplingParams, Sequence
 
 
 # cell 'engine'
-def new_paged_caches(config, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
-                     decode_kernel: Callable | None = None, validate: bool = False) -> list[PagedCache]:
-    """One paged cache per layer, of num_blocks blocks, shaped as the config's cache_shapes say: K and V pools of
-    n_kv_heads heads for a Llama-style model (chapter 7); the latent c_kv and the rotary key for MLA (chapter 8)."""
-    shapes = config.cache_shapes
-    cache_class = PagedLatentCache if shapes.latent else PagedCache
-    pool = dict(dtype=dtype, device=device)
-    return [cache_class(torch.zeros(num_blocks, block_size, *shapes.keys, **pool),
-                        torch.zeros(num_blocks, block_size, *shapes.values, **pool), decode_kernel, validate)
-            for _ in range(shapes.n_layers)]
-
-
-def choose_decode_kernel(choice: str | Callable, config, block_size: int, device: torch.device,
-                         validate: bool = False) -> Callable | None:
-    """The one place that picks how decode tokens attend: None for torch's attention on keys gathered from the
-    pool ("torch"), or chapter 10's Triton kernel ("triton"), which reads the pool where it lies. "auto": the
-    kernel on a CUDA GPU when the shapes fit it, torch otherwise. The kernels live in attnlab.kernels, which
-    knows nothing of the engine; it is imported only when chosen. A callable is taken as the decode kernel
-    itself (chapter 10's demo gives the engine the kernels of its notebook)."""
-    if callable(choice):
-        return choice
-    if choice not in ("auto", "triton", "torch"):
-        raise ValueError(f"attention must be 'auto', 'triton', 'torch' or a decode kernel, got {choice!r}")
-    shapes = config.cache_shapes
-    (_, k_dim), (v_heads, v_dim) = shapes.keys, shapes.values
-    dims = (block_size, k_dim, v_dim) if shapes.latent else (block_size, k_dim)
-    # The shapes chapter 10's kernels are compiled and tested for: powers of two, blocks of 16 to 128 tokens, head
-    # dims up to 256 (a latent up to 512), so that their tiles fit a Hopper multiprocessor's shared memory.
-    fits = (all(d >= 16 and not d & (d - 1) for d in dims) and block_size <= 128
-            and (k_dim <= 512 and v_dim <= k_dim and v_heads == 1 if shapes.latent else k_dim <= 256))
-    if choice == "auto":
-        choice = "triton" if device.type == "cuda" and fits else "torch"
-    if choice == "torch":
-        return None
-    if not fits:
-        raise ValueError(f"the Triton kernels need powers of two: block_size 16 to 128, a head dim 16 to 256 (for MLA, "
-                         f"a latent of 16 to 512 and one rotary key head); got {dims}: use attention='torch'")
-    if shapes.latent:
-        from attnlab.kernels.paged_mla import paged_mla_decode
-        return partial(paged_mla_decode, check_lengths=validate)
-    from attnlab.kernels.split_kv import paged_decode_split
-    return partial(paged_decode_split, check_lengths=validate)
-
-
 @dataclass
 class EngineStats:
     steps: int = 0
@@ -79,41 +30,22 @@ class Engine:
     """Continuous batching with chunked prefill on a paged KV cache: requests join and leave between steps, and
     each step is one forward pass over every scheduled token, decodes and prefill chunks packed together.
 
-    Works with chapter 7's Llama and chapter 8's MLAModel: their layers call cache.attend, and the engine gives
-    them paged caches. validate=True checks slots and lengths in every layer, which reads them back (slower).
-    cuda_graphs: replay decode-only steps as CUDA graphs (DecodeGraphs); None: on a CUDA GPU with the kernels.
-    True on a CPU runs the graphs' padded buffers eagerly, as the tests do."""
+    Three boxes, as nano-vllm draws them: the Scheduler owns the sequences and their blocks (it builds the
+    BlockManager's tables); the ModelRunner owns the device (pools, kernel, graphs, forward, sampling); the Engine
+    takes requests and calls the two, a step at a time. Works with chapter 7's Llama and chapter 8's MLAModel:
+    their layers call cache.attend, and the runner gives them paged caches. validate and cuda_graphs: see
+    ModelRunner; validate=True also has the block manager check whole tables on every change."""
 
     def __init__(self, model: LanguageModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, prefix_caching: bool = True, preemption: bool = True,
                  attention: str | Callable = "auto", validate: bool = False, cuda_graphs: bool | None = None):
-        self.model, self.config = model, model.config
-        self.manager = BlockManager(num_blocks, block_size, prefix_caching, validate)
-        self.scheduler = Scheduler(self.manager, max_num_seqs, max_num_batched_tokens, preemption)
-        weight = next(model.parameters())
-        self.device = weight.device
-        kernel = choose_decode_kernel(attention, self.config, block_size, self.device, validate)
-        self.attention = "torch" if kernel is None else "triton"
-        if cuda_graphs is None:
-            cuda_graphs = self.device.type == "cuda" and kernel is not None and not validate
-        if cuda_graphs and (kernel is None or validate):
-            raise ValueError("CUDA graphs replay the decode kernel's steps: they need attention='triton' (or a kernel) "
-                             "and validate=False, whose checks read numbers back to the host")
-        # With graphs, one more block, which no table ever holds: the padding rows of a captured step write there.
-        self.caches = new_paged_caches(self.config, num_blocks + int(cuda_graphs), block_size, weight.dtype,
-                                       self.device, kernel, validate)
-        self.graphs = None
-        if cuda_graphs:
-            self.graphs = DecodeGraphs(model, self.caches, max_num_seqs, self.manager.blocks_for(self.config.max_seq_len),
-                                       num_blocks * block_size, block_size, self.device,
-                                       capture=self.device.type == "cuda")
+        self.config = model.config
+        self.scheduler = Scheduler(BlockManager(num_blocks, block_size, prefix_caching, validate), max_num_seqs,
+                                   max_num_batched_tokens, preemption)
+        self.runner = ModelRunner(model, num_blocks, block_size, max_num_seqs, attention, validate, cuda_graphs)
         self.finished: dict[int, Sequence] = {}
         self.stats = EngineStats()
         self._next_id = 0
-
-    @property
-    def pool_nbytes(self) -> int:
-        return sum(cache.nbytes for cache in self.caches)
 
     @property
     def waiting(self) -> deque[Sequence]:
@@ -136,9 +68,9 @@ class Engine:
         if total > self.config.max_seq_len:
             raise ValueError(f"a prompt of {len(prompt_ids)} tokens plus {max_new_tokens} new ones exceeds the "
                              f"model's max_seq_len = {self.config.max_seq_len}")
-        if self.manager.blocks_for(total) > self.manager.allocator.num_blocks:
-            raise ValueError(f"{total} tokens need {self.manager.blocks_for(total)} blocks of "
-                             f"{self.manager.block_size}; the pool has {self.manager.allocator.num_blocks}")
+        blocks, pool = self.scheduler.blocks_for(total), self.scheduler.num_blocks
+        if blocks > pool:
+            raise ValueError(f"{total} tokens need {blocks} blocks of {self.runner.block_size}; the pool has {pool}")
         forks = [Sequence(self._next_id + i, prompt_ids, params, sample=i) for i in range(1, n)]
         seqs = [Sequence(self._next_id, prompt_ids, params, forks=forks)] + forks
         self.scheduler.add(seqs[0])
@@ -149,11 +81,9 @@ class Engine:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[tuple[int, int]]:
-        """One iteration. Returns the (sequence id, token) pairs it generated."""
-        batch = self.scheduler.schedule()
-        self._copy_blocks()
-        logits = self._forward(batch)                        # (num_seqs, V), on the model's device
-        token_ids = self._sample(batch, logits)              # {sequence id: its new token}: the step's one copy back
+        """One iteration: schedule, run, postprocess. Returns the (sequence id, token) pairs it generated."""
+        batch = self.scheduler.next_step()
+        token_ids = self.runner.run(batch)                   # {sequence id: its new token}
         self._count(batch)
         for seq in self.scheduler.postprocess(batch, token_ids):
             self.finished[seq.seq_id] = seq
@@ -169,48 +99,9 @@ class Engine:
                 on_step(self, emitted)
         return {i: seq.token_ids[seq.prompt_len:] for i, seq in sorted(self.finished.items())}
 
-    def _copy_blocks(self) -> None:
-        """Copy-on-write: the block contents the manager promised, in every layer, before anything is written."""
-        for source, destination in self.manager.copies:
-            for cache in self.caches:
-                cache.k_pool[destination] = cache.k_pool[source]
-                cache.v_pool[destination] = cache.v_pool[source]
-        self.manager.copies.clear()
-
-    @torch.no_grad()
-    def _forward(self, batch: SchedulerOutput) -> torch.Tensor:
-        """One forward pass over the step's packed tokens -> the logits of each sequence's last token, (num_seqs, V).
-        A step of decodes alone replays a CUDA graph when the engine has them; others run eagerly."""
-        if not batch.seqs:
-            return torch.empty(0, self.config.vocab_size, device=self.device)
-        step = build_step(batch.seqs, self.manager.block_size, self.device, gather_decodes=self.attention == "torch")
-        if self.graphs is not None and not step.chunks:
-            return self.graphs.run(step).float()
-        for cache in self.caches:
-            cache.step = step
-        logits = self.model(step.token_ids, None, self.caches, positions=step.positions, logits_at=step.logits_at)
-        return logits[0].float()
-
-    def _sample(self, batch: SchedulerOutput, logits: torch.Tensor) -> dict[int, int]:
-        """A sequence whose tokens are all computed after this step draws its next token, and so do the samples
-        that fork off it then, from the same row of logits with their own generators. {sequence id: token}, in
-        row order, each sequence followed by its forks."""
-        rows, samplers = [], []
-        for row, seq in enumerate(batch.seqs):
-            if seq.num_computed + seq.num_scheduled == seq.num_tokens:      # not a prompt's chunk with more to come
-                rows += [row] * seq.num_rows
-                samplers += [seq] + seq.forks
-        if not samplers:
-            return {}
-        if rows != list(range(len(batch.seqs))):
-            logits = logits[to_device(torch.tensor(rows), self.device)]
-        token_ids = sample_on_device(logits, samplers).tolist()          # the one copy to the host
-        return {seq.seq_id: token for seq, token in zip(samplers, token_ids)}
-
     def _count(self, batch: SchedulerOutput) -> None:
         self.stats.preemptions += len(batch.preempted)
-        held = self.manager.allocator.num_blocks - self.manager.allocator.num_free
-        self.stats.peak_blocks = max(self.stats.peak_blocks, held)
+        self.stats.peak_blocks = max(self.stats.peak_blocks, self.scheduler.num_blocks - self.scheduler.num_free_blocks)
         self.stats.peak_rows = max(self.stats.peak_rows, self.scheduler.num_rows)
         self.stats.peak_tokens = max(self.stats.peak_tokens, batch.num_tokens)
         for seq in batch.seqs:

@@ -14,10 +14,12 @@ from attnlab.serving.sequence import Sequence
 @dataclass
 class SchedulerOutput:
     """One step's work: the sequences to run, in the order their tokens are packed (single-token queries
-    first, then prefill chunks), each computing seq.num_scheduled tokens; and the sequences preempted."""
+    first, then prefill chunks), each computing seq.num_scheduled tokens; the sequences preempted; and the
+    (source, destination) blocks copy-on-write promised, which the model runner copies before the step runs."""
 
     seqs: list[Sequence]
     preempted: list[Sequence] = field(default_factory=list)
+    copies: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -46,6 +48,23 @@ class Scheduler:
     @property
     def num_rows(self) -> int:
         return sum(seq.num_rows for seq in self.running)
+
+    @property
+    def num_blocks(self) -> int:
+        return self.manager.allocator.num_blocks
+
+    @property
+    def num_free_blocks(self) -> int:
+        return self.manager.allocator.num_free
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return self.manager.blocks_for(num_tokens)
+
+    def next_step(self) -> SchedulerOutput:
+        """schedule(), with the block copies its copy-on-writes promised: everything the model runner needs."""
+        batch = self.schedule()
+        batch.copies, self.manager.copies = self.manager.copies, []
+        return batch
 
     def add(self, seq: Sequence) -> None:
         if seq.num_rows > self.max_num_seqs:
