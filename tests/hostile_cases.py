@@ -52,7 +52,8 @@ FLOAT64_SOFTMAX_NP = REF["softmax_np"].replace("def softmax_np(x", "def _softmax
 
 
 # Ways to swallow the errors of later cells, each behind a softmax that computes in float64 (a known-wrong one):
-# honest, it scores 5 (test_softmax_np 3 and test_attention_scores 2, which do not call softmax). Swallowed, every
+# honest, it scores 5, the 16 points less the 11 of the four tests its `loses` names (test_grading.py checks that it
+# loses those, and only those). Swallowed, every
 # test passes in the kernel, and only the re-check can say which passed for real: it must be at least as strict as
 # the tests, so that the score is never above the honest one. Before, the re-check of test_softmax_masked and
 # test_sdpa_mask never fed float32, and these scored 7 to 10.
@@ -272,7 +273,6 @@ def cases() -> dict[str, tuple]:
             "import sys\ndef _skip(frame, event, arg):\n    return _skip\nsys.settrace(_skip)")), 13, None, None),
         **{f"swallow_{name}_float64_softmax": (with_added_cell(code, replace={"softmax": WRONG["softmax_in_float64"]["code"]}),
                                                5, flagged, None) for name, (code, flagged) in SWALLOWERS.items()},
-        "honest_float64_softmax": (submission(A, {"softmax": WRONG["softmax_in_float64"]["code"]}), 5, False, None),
         # reading what it must not, and echoing hidden tests
         "read_forbidden_files": (submission(A, after("softmax_np", reads)), 16, False, None),
         "import_reference": (submission(A, {"softmax_np": "from attnlab.layers.softmax import softmax_np"}), 13, False, None),

@@ -196,7 +196,7 @@ def test_slow_cells_cost_their_own_time_only_whatever_the_load(tmp_path, load):
     started = time.monotonic()
     try:
         run = subprocess.run([sys.executable, "-m", "autograde", "grade", A, *map(str, files), "--workers", "2",
-                              "--workspace", str(tmp_path / "ws"), "--cell-timeout", "20"],
+                              "--workspace", str(tmp_path / "ws"), "--cell-timeout", "10"],
                              cwd=REPO, capture_output=True, text=True, timeout=900)
     finally:
         for process in busy:
@@ -212,11 +212,11 @@ def test_slow_cells_cost_their_own_time_only_whatever_the_load(tmp_path, load):
     assert seconds < 600, f"the class took {seconds:.0f} s"
     # told in the student's words, with the cell's number in their own notebook
     assert results["sleep_forever_at_the_top"]["slow_cells"] == [
-        "cell 1 ran past the 20 s limit and was stopped at line 2; the cells after it ran normally, with what its "
+        "cell 1 ran past the 10 s limit and was stopped at line 2; the cells after it ran normally, with what its "
         "lines before line 2 had defined"]
     assert results["ignores_interrupt_at_the_top"]["slow_cells"] == [
-        "cell 1 ran past the 20 s limit and ignored the interrupt, so it was stopped; the notebook was run again "
+        "cell 1 ran past the 10 s limit and ignored the interrupt, so it was stopped; the notebook was run again "
         "without it, and the cells after it ran normally"]
     page = Path(results["sleep_forever_at_the_top"]["feedback"]).read_text(encoding="utf-8")
-    assert "Stopped at the time limit." in page and "cell 1 ran past the 20 s limit" in page
+    assert "Stopped at the time limit." in page and "cell 1 ran past the 10 s limit" in page
     assert results["draft_at_the_top"]["slow_cells"] == []

@@ -36,8 +36,8 @@ def _decode_inputs(g):
 
 # Both probes write into outputs followed by 16 spare rows, which a kernel that stores its padding rows spoils.
 # A pool of one-byte elements whose last block starts past element 2^31, so that block * stride needs int64. Only
-# two blocks are written: the rest of the 4 GiB is address space the system never backs with memory. Last, two of
-# the sequences again from float64 pools, as the notebook's test runs them: what the kernel loads must be widened
+# two blocks are written: the rest of the 4 GiB is address space the system never backs with memory. Last, the
+# first sequence again from float64 pools, as the notebook's test runs them: what the kernel loads must be widened
 # to float32 (as q is) before tl.dot, which refuses operands of two dtypes.
 DECODE_CODE = '''
 import torch
@@ -54,8 +54,8 @@ pool[5], pool[num_blocks - 1] = inputs["far_blocks"][0], inputs["far_blocks"][1]
 result.append(paged_decode(inputs["far_q"], pool, pool, torch.tensor([[5, num_blocks - 1]], dtype=torch.int32),
                            torch.tensor([27])))
 del buffer, pool
-result.append(paged_decode(inputs["q"][:2].double(), inputs["k_pool"].double(), inputs["v_pool"].double(),
-                           inputs["block_tables"][:2], inputs["context_lens"][:2]))
+result.append(paged_decode(inputs["q"][:1].double(), inputs["k_pool"].double(), inputs["v_pool"].double(),
+                           inputs["block_tables"][:1], inputs["context_lens"][:1]))
 '''
 
 
@@ -64,7 +64,7 @@ def _decode_reference(i):
     z = paged_attention(i["q"][:, :, None], i["k_pool"], i["v_pool"], i["block_tables"], i["context_lens"])
     far = i["far_blocks"].reshape(32, 1, 64)[:27].float().transpose(0, 1)[None]      # (1, 1, 27, 64)
     far_z = F.scaled_dot_product_attention(i["far_q"][:, :, None], far, far, enable_gqa=True)[:, :, 0]
-    return z[:, :, 0], torch.ones(1), torch.ones(1), far_z, z[:2, :, 0]
+    return z[:, :, 0], torch.ones(1), torch.ones(1), far_z, z[:1, :, 0]
 
 
 def _mla_inputs(g):
