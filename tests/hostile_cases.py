@@ -206,12 +206,8 @@ def cases() -> dict[str, tuple]:
         "fork_bomb": (with_added_cell("import os, time\nfor _ in range(100000):\n    try:\n        pid = os.fork()\n"
                                       "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(20)\n"
                                       "        os._exit(0)"), 16, False, None),
-        # a slow or endless cell of the student's own costs its own time only, never the grade or a flag
-        "file_system_walk": (with_added_cell("import glob\nfound = glob.glob('/**/*.ipynb', recursive=True)\n"
-                                             "len(found)"), 16, False, None),
-        "sleep_forever": (with_added_cell("import time\ntime.sleep(10**6)"), 16, False, None),
-        "ignores_interrupt": (with_added_cell("import time\nwhile True:\n    try:\n        time.sleep(100)\n"
-                                              "    except KeyboardInterrupt:\n        pass"), 16, False, None),
+        # A slow or endless cell of the student's own (an endless sleep, a file-system walk, a loop that swallows
+        # the interrupt) costs its own time only: test_grading_robustness.py grades those, idle and under load.
         "background_sleep": (submission(A, after("softmax_np",
                              "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,)).start()")),
                              16, False, None),
