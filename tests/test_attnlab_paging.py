@@ -451,3 +451,40 @@ def test_the_model_runner_reads_the_sequences_and_changes_none():
     stepped = Engine(model, num_blocks=30, block_size=4, max_num_seqs=4, max_num_batched_tokens=8)
     requests(stepped)
     assert stepped.run() == dict(sorted(by_hand.items()))
+
+
+def test_a_thousand_random_requests_give_each_its_own_tokens_and_leak_no_block():
+    """1,000 requests arriving while others run: prompts sharing prefixes (prefix hits), greedy ones with and without
+    EOS, sampled ones with n = 1..3 forks and top_p, on a pool small enough to preempt and a budget small enough to
+    chunk prompts. Each output equals generating the request alone (each sample with its own seed), and when the
+    last request leaves, every block is free and the prefix cache's maps agree."""
+    model = tiny_llama(seed=3)
+    rng = random.Random(1)
+    engine = Engine(model, num_blocks=24, block_size=4, max_num_seqs=8, max_num_batched_tokens=16)
+    systems = [[rng.randrange(50) for _ in range(rng.randint(4, 9))] for _ in range(3)]
+    pending, asked = 1000, {}
+    while pending or engine.has_unfinished():
+        for _ in range(min(pending, rng.choice([0, 0, 1, 2, 5]))):
+            prompt = rng.choice(systems + [[]]) + [rng.randrange(50) for _ in range(rng.randint(1, 8))]
+            n, eos = (rng.choice([1, 2, 3]), rng.choice([None, 3])) if rng.random() < 0.4 else (1, rng.choice([None, 3]))
+            params = dict(max_new_tokens=rng.randint(1, 9), eos_id=eos, n=n, seed=rng.randrange(10**6),
+                          temperature=0.0 if n == 1 and rng.random() < 0.5 else 0.8,
+                          top_p=rng.choice([None, 0.9]))
+            for sample, seq_id in enumerate(engine.add_request(prompt, **params)):
+                asked[seq_id] = (prompt, params, sample)
+            pending -= 1
+        engine.step()
+    assert engine.stats.preemptions > 0 and engine.stats.peak_rows == 8, "the pool and the rows were meant to be full"
+    assert set(engine.finished) == set(asked), "a request was lost"
+    for seq_id, (prompt, p, sample) in asked.items():
+        generator = torch.Generator().manual_seed(p["seed"] + sample) if p["temperature"] else None
+        want = generate(model, torch.tensor([prompt]), p["max_new_tokens"], eos_id=p["eos_id"],
+                        temperature=p["temperature"], top_p=p["top_p"], generator=generator).tokens[0, len(prompt):]
+        want = want.tolist()
+        if p["eos_id"] in want:
+            want = want[:want.index(p["eos_id"]) + 1]
+        got = engine.finished[seq_id].token_ids[len(prompt):]
+        assert got == want, f"sequence {seq_id} ({p}, sample {sample}): {got}, alone {want}"
+    manager = engine.scheduler.manager
+    assert engine.scheduler.num_free_blocks == 24 and not any(manager.allocator.ref_counts), "blocks leaked"
+    assert all(manager.prefix_cache.block_hashes[b] == h for h, b in manager.prefix_cache.cached.items())

@@ -188,6 +188,20 @@ def test_step_metadata_for_a_kernel_leaves_out_the_gather_fields():
         kernel.gather_decodes(torch.zeros(64, 16, 2, 8))
 
 
+def test_build_step_refuses_a_decode_after_a_prefill_chunk_and_a_position_past_the_table():
+    """The kernels and the layers read a step's decodes as its first num_decodes tokens: a single-token sequence
+    after a prefill chunk would be read as part of that chunk, so build_step says so instead of attending wrongly."""
+    decode, = decode_seqs([9], 4)
+    chunk = Sequence(1, list(range(1, 8)), SamplingParams())
+    chunk.block_table, chunk.num_computed, chunk.num_scheduled = [7, 8], 0, 7
+    build_step([decode, chunk], 4, torch.device("cpu"))                   # decodes first: fine
+    with pytest.raises(ValueError, match="single-token sequences must come first"):
+        build_step([chunk, decode], 4, torch.device("cpu"))
+    decode.block_table = decode.block_table[:2]                            # position 8 needs a third block
+    with pytest.raises(ValueError, match="position 8 is past its 2 blocks of 4"):
+        build_step([decode], 4, torch.device("cpu"))
+
+
 def test_a_graphed_decode_step_reads_nothing_back_but_the_sampled_ids(monkeypatch):
     """Profiled on a CPU: in a decode step through the graph buffers, no operation reads a tensor back to the host
     (item(), bool(), boolean indexing) and one tolist() copies the sampled ids, apart from build_step, which works

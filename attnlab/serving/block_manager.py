@@ -60,6 +60,10 @@ class BlockManager:
         # A table must never point at a free block: the last one, which this call writes, is checked always.
         for block_id in seq.block_table if self.validate else seq.block_table[-1:]:
             self.allocator.check_held(block_id)
+        end, offset = seq.num_computed + num_new_tokens, seq.num_computed % self.block_size
+        if offset and end - seq.num_computed < self.block_size - offset and \
+                self.allocator.ref_counts[seq.block_table[-1]] == 1:
+            return     # most decodes: the last block, this table's alone, has room to spare, and nothing fills
         need = self.blocks_needed(seq, num_new_tokens)
         if need > self.allocator.num_free:
             raise OutOfBlocks(f"sequence {seq.seq_id} needs {need} blocks for {num_new_tokens} tokens, "
@@ -67,7 +71,6 @@ class BlockManager:
         copied = copy_on_write(seq.block_table, seq.num_computed, self.block_size, self.allocator)
         if copied is not None:
             self.copies.append(copied)
-        end = seq.num_computed + num_new_tokens
         for position in range(self.blocks_for(seq.num_computed) * self.block_size, end, self.block_size):
             append_slot(seq.block_table, position, self.block_size, self.allocator)   # opens the block at position
         if self.prefix_caching and end // self.block_size > seq.num_computed // self.block_size:

@@ -104,9 +104,7 @@ class Engine:
         self.stats.peak_blocks = max(self.stats.peak_blocks, self.scheduler.num_blocks - self.scheduler.num_free_blocks)
         self.stats.peak_rows = max(self.stats.peak_rows, self.scheduler.num_rows)
         self.stats.peak_tokens = max(self.stats.peak_tokens, batch.num_tokens)
-        for seq in batch.seqs:
-            if seq.num_scheduled == 1 and seq.num_generated > 0:
-                self.stats.decode_tokens += 1
-            else:
-                self.stats.prefill_tokens += seq.num_scheduled
+        decodes = sum(seq.num_scheduled == 1 and len(seq.token_ids) > seq.prompt_len for seq in batch.seqs)
+        self.stats.decode_tokens += decodes
+        self.stats.prefill_tokens += batch.num_tokens - decodes
         self.stats.steps += 1

@@ -125,9 +125,12 @@ class ModelRunner:
         row order, each sequence followed by its forks."""
         rows, samplers = [], []
         for row, seq in enumerate(batch.seqs):
-            if seq.num_computed + seq.num_scheduled == seq.num_tokens:      # not a prompt's chunk with more to come
-                rows += [row] * seq.num_rows
-                samplers += [seq] + seq.forks
+            if seq.num_computed + seq.num_scheduled == len(seq.token_ids):  # not a prompt's chunk with more to come
+                rows.append(row)
+                samplers.append(seq)
+                if seq.forks:
+                    rows += [row] * len(seq.forks)
+                    samplers += seq.forks
         if not samplers:
             return {}
         if rows != list(range(len(batch.seqs))):

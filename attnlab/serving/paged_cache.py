@@ -88,32 +88,34 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
     A decode costs a few integer operations here, whatever its context's length (nano-vllm's prepare_decode):
     its one new token's slot is table[p // block_size] * block_size + p % block_size. Your slot_mapping
     (exercise 2) maps the whole ranges of prefill chunks, where a tensor op per sequence pays for itself."""
-    token_ids, positions, decode_slots, starts, last = [], [], [], [0], []
-    tables, lens, chunks, chunk_slots = [], [], [], []
-    for seq in seqs:
+    num_decodes = next((i for i, seq in enumerate(seqs) if seq.num_scheduled != 1), len(seqs))
+    if any(seq.num_scheduled == 1 for seq in seqs[num_decodes:]):
+        # the kernels and the layers read the decodes as the step's first num_decodes tokens
+        raise ValueError("build_step: a sequence with one token comes after a prefill chunk; the single-token "
+                         "sequences must come first, as Scheduler.schedule orders them")
+    token_ids, positions, decode_slots, tables, lens = [], [], [], [], []
+    for seq in seqs[:num_decodes]:               # a decode: its one token at position p
+        p, table = seq.num_computed, seq.block_table
+        if p // block_size >= len(table):
+            raise ValueError(f"sequence {seq.seq_id}: position {p} is past its {len(table)} blocks of {block_size}")
+        token_ids.append(seq.token_ids[p])
+        positions.append(p)
+        decode_slots.append(table[p // block_size] * block_size + p % block_size)
+        tables.append(table)
+        lens.append(p + 1)
+    starts, last, chunks, chunk_slots = list(range(num_decodes + 1)), list(range(num_decodes)), [], []
+    for seq in seqs[num_decodes:]:               # a prefill chunk: tokens first .. end - 1
         first, end = seq.num_computed, seq.num_computed + seq.num_scheduled
         token_ids += seq.token_ids[first:end]
         positions += range(first, end)
-        if seq.num_scheduled == 1:
-            if chunks:        # the kernels and the layers read the decodes as the step's first num_decodes tokens
-                raise ValueError(f"build_step: sequence {seq.seq_id} has one token after a prefill chunk; the "
-                                 "single-token sequences must come first, as Scheduler.schedule orders them")
-            table = seq.block_table
-            if first // block_size >= len(table):
-                raise ValueError(f"sequence {seq.seq_id}: position {first} is past its {len(table)} blocks of "
-                                 f"{block_size}")
-            decode_slots.append(table[first // block_size] * block_size + first % block_size)
-            tables.append(table)
-            lens.append(end)
-        else:
-            context = slot_mapping(seq.block_table, torch.arange(end), block_size)         # (end,) your exercise 2
-            causal = torch.arange(end)[None, :] <= torch.arange(first, end)[:, None]      # (chunk, end)
-            chunks.append(PrefillChunk(starts[-1], starts[-1] + seq.num_scheduled, to_device(context, device),
-                                       to_device(causal, device)))
-            chunk_slots.append(context[first:])
+        context = slot_mapping(seq.block_table, torch.arange(end), block_size)         # (end,) your exercise 2
+        causal = torch.arange(end)[None, :] <= torch.arange(first, end)[:, None]      # (chunk, end)
+        chunks.append(PrefillChunk(starts[-1], starts[-1] + seq.num_scheduled, to_device(context, device),
+                                   to_device(causal, device)))
+        chunk_slots.append(context[first:])
         starts.append(starts[-1] + seq.num_scheduled)
         last.append(starts[-1] - 1)
-    num_decodes, max_blocks = len(tables), max(map(len, tables), default=1)
+    max_blocks = max(map(len, tables), default=1)
     block_tables = host_tensor([t + [-1] * (max_blocks - len(t)) for t in tables], torch.int32)
     block_tables = block_tables.view(num_decodes, max_blocks)
     lengths = host_tensor(lens, torch.int32)

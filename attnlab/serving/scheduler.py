@@ -98,6 +98,7 @@ class Scheduler:
         """A step's output, the one place it changes the sequences (nano-vllm's Scheduler.postprocess): the scheduled
         tokens are computed; each sequence that drew a token (token_ids: {sequence id: token}, from the engine)
         appends it, after its forks join running on its blocks; finished sequences leave. Returns them."""
+        finished = []
         for seq in batch.seqs:
             self.manager.computed(seq)
             seq.num_scheduled = 0
@@ -105,7 +106,8 @@ class Scheduler:
                 continue                                     # a prompt's chunk: the rest in later steps
             for sample in [seq] + self.fork(seq):
                 sample.token_ids.append(token_ids[sample.seq_id])
-        finished = [seq for seq in self.running if seq.finished]
+                if sample.finished:
+                    finished.append(sample)
         for seq in finished:
             self.finish(seq)
         return finished
