@@ -97,7 +97,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.prefix_cache
         block_hash, PrefixCache [9]
     attnlab.serving.sampler
-        sample_on_device [9]
+        MASK_32, exponential_noise, mix_32, sample_on_device [9]
     attnlab.serving.scheduler
         Scheduler, SchedulerOutput [9]
     attnlab.serving.sequence

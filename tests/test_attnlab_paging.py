@@ -337,6 +337,14 @@ def test_host_synchronisations_do_not_grow_with_the_number_of_layers():
     assert thirty == two, f"host synchronisations per decode step: {two} with 2 layers, {thirty} with 30"
 
 
+def sampled_alone(model, prompt: list[int], max_new_tokens: int, **params) -> list[int]:
+    """One request sampled in an engine of its own: the reference for a seeded sample (its noise depends on its seed
+    and its steps only, tests/test_sampling_noise.py), which sharing, forks and preemption must not change."""
+    engine = Engine(model, num_blocks=2 * (len(prompt) + max_new_tokens), block_size=4)
+    seq_id, = engine.add_request(prompt, max_new_tokens, **params)
+    return engine.run()[seq_id]
+
+
 def test_parallel_samples_share_the_prompt_and_equal_sampling_alone():
     model = tiny_llama()
     prompt = list(range(1, 23))                                       # 22 tokens: 5 blocks of 4, the last partial
@@ -344,8 +352,7 @@ def test_parallel_samples_share_the_prompt_and_equal_sampling_alone():
     ids = engine.add_request(prompt, 6, n=4, temperature=1.0, seed=7)
     outputs = engine.run()
     for i, seq_id in enumerate(ids):
-        want = generate(model, torch.tensor([prompt]), 6, temperature=1.0,
-                        generator=torch.Generator().manual_seed(7 + i)).tokens[0, len(prompt):].tolist()
+        want = sampled_alone(model, prompt, 6, temperature=1.0, seed=7 + i)
         assert outputs[seq_id] == want, f"sample {i} differs from sampling it alone with its seed"
     assert len({tuple(o) for o in outputs.values()}) > 1, "the samples should differ"
     assert engine.stats.peak_blocks < 4 * 7, "four samples of 28 tokens held their own copies of the prompt"
@@ -456,8 +463,8 @@ def test_the_model_runner_reads_the_sequences_and_changes_none():
 def test_a_thousand_random_requests_give_each_its_own_tokens_and_leak_no_block():
     """1,000 requests arriving while others run: prompts sharing prefixes (prefix hits), greedy ones with and without
     EOS, sampled ones with n = 1..3 forks and top_p, on a pool small enough to preempt and a budget small enough to
-    chunk prompts. Each output equals generating the request alone (each sample with its own seed), and when the
-    last request leaves, every block is free and the prefix cache's maps agree."""
+    chunk prompts. Each output equals generating the request alone (greedy: chapter 5's generate; sampled: an engine
+    of its own, each sample with its own seed), and when the last request leaves, every block is free and the prefix cache's maps agree."""
     model = tiny_llama(seed=3)
     rng = random.Random(1)
     engine = Engine(model, num_blocks=24, block_size=4, max_num_seqs=8, max_num_batched_tokens=16)
@@ -477,12 +484,11 @@ def test_a_thousand_random_requests_give_each_its_own_tokens_and_leak_no_block()
     assert engine.stats.preemptions > 0 and engine.stats.peak_rows == 8, "the pool and the rows were meant to be full"
     assert set(engine.finished) == set(asked), "a request was lost"
     for seq_id, (prompt, p, sample) in asked.items():
-        generator = torch.Generator().manual_seed(p["seed"] + sample) if p["temperature"] else None
-        want = generate(model, torch.tensor([prompt]), p["max_new_tokens"], eos_id=p["eos_id"],
-                        temperature=p["temperature"], top_p=p["top_p"], generator=generator).tokens[0, len(prompt):]
-        want = want.tolist()
-        if p["eos_id"] in want:
-            want = want[:want.index(p["eos_id"]) + 1]
+        if p["temperature"]:                    # sample i of a request with seed s: seed s + i, alone
+            want = sampled_alone(model, prompt, p["max_new_tokens"], eos_id=p["eos_id"], temperature=p["temperature"],
+                                 top_p=p["top_p"], seed=p["seed"] + sample)
+        else:
+            want = alone(model, prompt, p["max_new_tokens"], eos_id=p["eos_id"])
         got = engine.finished[seq_id].token_ids[len(prompt):]
         assert got == want, f"sequence {seq_id} ({p}, sample {sample}): {got}, alone {want}"
     manager = engine.scheduler.manager

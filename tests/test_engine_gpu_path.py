@@ -9,13 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnlab.decoding.sampling import next_token
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.models.mla import MLAConfig, MLAModel
 from attnlab.serving.cuda_graphs import DecodeBuffers, graph_batch_sizes
 from attnlab.serving.engine import Engine
 from attnlab.serving.paged_cache import build_step
-from attnlab.serving.sampler import sample_on_device
 from attnlab.serving.sequence import SamplingParams, Sequence
 from coursekit.layout import REPO_ROOT
 
@@ -140,25 +138,6 @@ def test_the_graph_path_is_used_for_decode_steps_and_refused_where_it_cannot_wor
     with pytest.raises(ValueError, match="CUDA graphs"):
         Engine(model, num_blocks=40, block_size=4, attention="torch", cuda_graphs=True)
     assert Engine(model, num_blocks=40, block_size=4).runner.graphs is None, "no graphs unless asked for, on a CPU"
-
-
-def test_sampling_on_the_device_draws_chapter_5s_tokens_for_the_same_seeds():
-    """Greedy, temperature and top-p rows in one batch: each row's token equals next_token on that row alone with a
-    generator of the same seed, draw after draw."""
-    torch.manual_seed(1)
-    params = [SamplingParams(temperature=0.0), SamplingParams(temperature=0.8, seed=3),
-              SamplingParams(temperature=1.3, top_p=0.9, seed=4), SamplingParams(temperature=0.5, top_p=1.0, seed=5),
-              SamplingParams(temperature=1.0, top_p=0.3, seed=6)]
-    batch = [Sequence(i, [1], p) for i, p in enumerate(params)]
-    alone = [Sequence(i, [1], p) for i, p in enumerate(params)]
-    for _ in range(20):
-        logits = torch.randn(len(params), 300) * 4
-        ours = sample_on_device(logits, batch).tolist()
-        theirs = [int(next_token(logits[r:r + 1], s.params.temperature, None, s.params.top_p, s.generator))
-                  for r, s in enumerate(alone)]
-        assert ours == theirs
-    with pytest.raises(ValueError, match="need logits"):
-        sample_on_device(torch.zeros(2, 300), batch)
 
 
 def test_seeded_samples_do_not_depend_on_the_batch():

@@ -3,20 +3,47 @@
 
 import torch
 
-from attnlab.serving.paged_cache import to_device
+from attnlab.serving.paged_cache import host_tensor, to_device
 from attnlab.serving.sequence import Sequence
 
 
 # cell 'sampler'
+MASK_32 = 0xFFFFFFFF
+
+
+def mix_32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (Thomas Mueller's): x int64 in 0 .. 2^32 - 1, each element on its own. Every output bit
+    depends on every input bit, and distinct inputs give distinct outputs. In int64 the products stay below 2^59:
+    no overflow, on any device."""
+    x = ((x >> 16) ^ x) * 0x45D9F3B & MASK_32
+    x = ((x >> 16) ^ x) * 0x45D9F3B & MASK_32
+    return (x >> 16) ^ x
+
+
+def exponential_noise(seeds: torch.Tensor, steps: torch.Tensor, vocab: int) -> torch.Tensor:
+    """seeds, steps: (S,) int64 -> (S, vocab) float32 draws of Exp(1), on their device.
+
+    Counter-based random numbers, as cuRAND's Philox and JAX's threefry make them: draw j of a row is a hash of
+    (seed, step, j), a pure function of the three, not the next state of a generator. So a row's noise depends on
+    nothing the batch holds, and a whole step's noise is a few elementwise ops on the device, with no (S, V) tensor
+    drawn on the host and copied. A uniform u in (0, 1) from 24 of the hash's bits gives -log(u) ~ Exp(1)."""
+    key = mix_32(mix_32(mix_32(seeds & MASK_32) ^ (seeds >> 32)) ^ (steps & MASK_32))      # (S,) one per row
+    token = torch.arange(vocab, device=seeds.device) * 0x9E3779B9 & MASK_32               # (V,) spread apart
+    bits = mix_32(mix_32(key[:, None] ^ token))                                          # (S, V)
+    u = ((bits >> 8).float() + 0.5) * 2.0 ** -24                                          # in (0, 1), never 0
+    return -torch.log(u)
+
+
 def sample_on_device(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor:
     """logits: (R, V) float32 on the model's device, row r for seqs[r] -> next token ids (R,) int64, on that device.
 
-    The same tokens as chapter 5's next_token drawing row by row with each sequence's own generator, for a whole
-    step at once and without reading the logits back: greedy rows (temperature 0) take the argmax; sampled rows are
-    divided by their temperature, cut to their top_p, and drawn as argmax(p / q) with q ~ Exp(1), which is how
-    torch.multinomial draws one sample. q comes from the sequence's generator on the host, so a seed gives the same
-    tokens on any device and in any batch; only q crosses to the device, and nothing comes back until the caller
-    reads the ids: one copy per step, of R integers."""
+    Chapter 5's next_token for a whole step at once, without reading the logits back: greedy rows (temperature 0)
+    take the argmax; sampled rows are divided by their temperature, cut to their top_p, and drawn as argmax(p / q)
+    with q ~ Exp(1), which is how torch.multinomial draws one sample. q is exponential_noise of the sequence's seed
+    and of how many tokens it has generated, so a seed gives the same tokens in any batch, after a preemption, and
+    as sample i of a request with seed s or alone with seed s + i; the tokens follow next_token's distribution
+    (not its generator's stream). Nothing comes back until the caller reads the ids: one copy per step, of R
+    integers."""
     if logits.dim() != 2 or logits.shape[0] != len(seqs):
         raise ValueError(f"need logits (R, V) for {len(seqs)} sequences, got {tuple(logits.shape)}")
     tokens = logits.argmax(dim=-1)                                                  # (R,) the greedy rows' answer
@@ -24,17 +51,19 @@ def sample_on_device(logits: torch.Tensor, seqs: list[Sequence]) -> torch.Tensor
     if not rows:
         return tokens
     device, vocab = logits.device, logits.shape[-1]
-    temperature = to_device(torch.tensor([seqs[r].params.temperature for r in rows], dtype=logits.dtype), device)
-    x = logits[to_device(torch.tensor(rows), device)] / temperature[:, None]         # (S, V), S sampled rows
+    # One copy of each kind: the rows, seeds and steps as int64, the temperatures and top_p as floats.
+    ints = to_device(host_tensor([rows, [seqs[r].seed for r in rows], [seqs[r].num_generated for r in rows]]), device)
     top_p = [seqs[r].params.top_p for r in rows]
+    floats = to_device(torch.tensor([[seqs[r].params.temperature for r in rows],
+                                     [1.0 if p is None else p for p in top_p]], dtype=logits.dtype), device)
+    index, temperature, limit = ints[0], floats[0], floats[1]
+    x = logits[index] / temperature[:, None]                                         # (S, V), S sampled rows
     if any(p is not None and p < 1 for p in top_p):
         # chapter 5's filter_logits, with a top_p per row (1 where a row has none: it drops nothing)
-        limit = to_device(torch.tensor([1.0 if p is None else p for p in top_p], dtype=logits.dtype), device)
         sorted_x, order = x.sort(dim=-1, descending=True)
         p_sorted = sorted_x.softmax(dim=-1)
         drop_sorted = ((p_sorted.cumsum(dim=-1) - p_sorted) >= limit[:, None]) & (limit < 1)[:, None]
         x = x.masked_fill(drop_sorted.scatter(-1, order, drop_sorted), float("-inf"))
-    q = torch.cat([torch.empty(1, vocab, dtype=logits.dtype).exponential_(1, generator=seqs[r].generator)
-                   for r in rows])                                                  # (S, V) on the host
-    drawn = (x.softmax(dim=-1) / to_device(q, device)).argmax(dim=-1)               # (S,)
-    return tokens.index_put((to_device(torch.tensor(rows), device),), drawn)
+    q = exponential_noise(ints[1], ints[2], vocab)                                   # (S, V) drawn on the device
+    drawn = (x.softmax(dim=-1) / q).argmax(dim=-1)                                   # (S,)
+    return tokens.index_put((index,), drawn)

@@ -3,15 +3,14 @@
 
 from dataclasses import dataclass
 
-import torch
-
 
 # cell 'sequence'
 @dataclass
 class SamplingParams:
     """How one request is answered: at most max_new_tokens new tokens, fewer if eos_id is drawn; greedy at
     temperature 0, else sampled (top_p: from the fewest tokens whose probabilities reach top_p); n samples of one
-    prompt, which share its blocks until they differ (exercise 5), drawn with seeds seed, seed + 1, ..."""
+    prompt, which share its blocks until they differ (exercise 5), drawn with seeds seed, seed + 1, ... (each in
+    0 .. 2^63 - 1)."""
 
     max_new_tokens: int = 16
     eos_id: int | None = None
@@ -24,6 +23,9 @@ class SamplingParams:
         if self.max_new_tokens < 1 or self.n < 1 or self.temperature < 0:
             raise ValueError(f"need max_new_tokens >= 1, n >= 1 and temperature >= 0; got {self.max_new_tokens}, "
                              f"{self.n} and {self.temperature}")
+        if not 0 <= self.seed < 2**63 - self.n:
+            raise ValueError(f"seed must be in 0..2^63 - 1 - n (an int64 on the device, seed + n - 1 included), got "
+                             f"{self.seed}")
         if self.n > 1 and self.temperature == 0:
             raise ValueError("n > 1 samples need temperature > 0: greedy samples would all be the same")
 
@@ -41,7 +43,7 @@ class Sequence:
         self.token_ids = list(token_ids)          # the prompt, then each generated token
         self.prompt_len = len(token_ids)
         self.params = params
-        self.generator = torch.Generator().manual_seed(params.seed + sample) if params.temperature > 0 else None
+        self.seed = params.seed + sample          # sample i of a request draws with seed + i (sample_on_device)
         self.block_table: list[int] = []
         self.num_computed = 0                     # tokens whose keys and values are in the pool: the first ones
         self.num_scheduled = 0                    # tokens this step computes, from position num_computed on
