@@ -88,7 +88,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.engine
         Engine, EngineStats [9]
     attnlab.serving.model_runner
-        ModelRunner, choose_decode_kernel, new_paged_caches [9]
+        LaunchedStep, ModelRunner, choose_decode_kernel, new_paged_caches [9]
     attnlab.serving.paged_cache
         NUMPY_DTYPES, PagedCache, PagedLatentCache, PrefillChunk, StepMetadata, build_step,
         host_tensor, to_device [9]
@@ -99,7 +99,7 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.sampler
         MASK_32, exponential_noise, mix_32, sample_on_device [9]
     attnlab.serving.scheduler
-        Scheduler, SchedulerOutput [9]
+        PLACEHOLDER, Scheduler, SchedulerOutput [9]
     attnlab.serving.sequence
         SamplingParams, Sequence [9]
     attnlab.translator.corpus

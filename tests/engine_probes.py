@@ -39,7 +39,7 @@ def decode_host_engine(rows: int, context: int, block_size: int = 16) -> Engine:
     engine = Engine(model, num_blocks=rows * (context // block_size + 8), block_size=block_size, max_num_seqs=rows,
                     max_num_batched_tokens=rows * context, attention=lambda *args, **kwargs: None)
 
-    def stub_forward(batch):
+    def stub_forward(batch, previous=None):
         build_step(batch.seqs, block_size, engine.runner.device, gather_decodes=False)
         return torch.zeros(len(batch.seqs), model.config.vocab_size)
 

@@ -115,13 +115,15 @@ def test_decode_buffers_pad_a_step_to_its_bucket_with_rows_that_touch_only_the_p
                          ids=["gqa", "mla"])
 def test_decode_steps_through_the_graph_buffers_give_the_eager_engines_tokens(make_model, kernel):
     """cuda_graphs=True on a CPU runs every decode-only step through the padded static buffers (the code a graph
-    captures), and prefill or mixed steps eagerly; the tokens must equal those of the engine without graphs."""
+    captures), and prefill or mixed steps eagerly; the tokens must equal those of the engine without graphs, also
+    with the host one step ahead, as on a GPU (the graphs' inputs then come from the step before, on the device)."""
     model = make_model()
     prompts = [list(range(1, n + 1)) for n in (5, 30, 11, 3, 19, 8, 26)]
     new_tokens = [9, 4, 14, 7, 3, 12, 6]
     eager = serve(model, prompts, new_tokens, attention="torch")
     graphed = serve(model, prompts, new_tokens, attention=kernel, cuda_graphs=True)
     assert graphed == eager
+    assert serve(model, prompts, new_tokens, attention=kernel, cuda_graphs=True, async_scheduling=True) == eager
 
 
 def test_the_graph_path_is_used_for_decode_steps_and_refused_where_it_cannot_work():
@@ -276,3 +278,38 @@ def test_each_config_describes_its_cache_once_for_new_caches_and_the_paged_pools
         with pytest.raises(ValueError, match=f"does not fit max_seq_len = {model.config.max_seq_len}"):
             model.new_caches(1, model.config.max_seq_len + 1)
     assert tiny_mla().config.cache_shapes.keys == (1, 16) and tiny_llama().config.cache_shapes.keys == (2, 8)
+
+
+def test_with_async_scheduling_the_host_launches_a_step_before_reading_the_one_before(monkeypatch):
+    """vLLM v1's asynchronous scheduling, as the engine's calls show it: step k + 1 is scheduled and launched, its
+    decodes taking step k's tokens on the device, before the host reads step k's tokens; the step-by-step engine
+    reads each step before it schedules the next."""
+    from attnlab.serving import model_runner
+    events = []
+    launch, read = model_runner.ModelRunner.launch, model_runner.LaunchedStep.read
+
+    def logged_launch(self, batch, previous=None):
+        step = launch(self, batch, previous)
+        events.append(("launch", id(step), previous and id(previous)))
+        return step
+
+    def logged_read(self):
+        events.append(("read", id(self)))
+        return read(self)
+
+    monkeypatch.setattr(model_runner.ModelRunner, "launch", logged_launch)
+    monkeypatch.setattr(model_runner.LaunchedStep, "read", logged_read)
+    for async_scheduling in (True, False):
+        events.clear()
+        engine = Engine(tiny_llama(), num_blocks=40, block_size=4, async_scheduling=async_scheduling)
+        engine.add_request([5, 6, 7], 6)
+        engine.add_request([1, 2], 4, n=2, temperature=1.0)
+        engine.run()
+        kinds = [event[0] for event in events]
+        if async_scheduling:
+            assert kinds[:3] == ["launch", "launch", "read"] and kinds[-1] == "read", kinds
+            launches = [event for event in events if event[0] == "launch"]
+            assert all(later[2] == earlier[1] for earlier, later in zip(launches, launches[1:])), (
+                "each step must be given the step launched before it")
+        else:
+            assert kinds == ["launch", "read"] * (len(kinds) // 2), kinds

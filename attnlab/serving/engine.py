@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from attnlab.decoding.generation import LanguageModel
 from attnlab.serving.block_manager import BlockManager
-from attnlab.serving.model_runner import ModelRunner
+from attnlab.serving.model_runner import LaunchedStep, ModelRunner
 from attnlab.serving.scheduler import Scheduler, SchedulerOutput
 from attnlab.serving.sequence import SamplingParams, Sequence
 
@@ -34,15 +34,25 @@ class Engine:
     BlockManager's tables); the ModelRunner owns the device (pools, kernel, graphs, forward, sampling); the Engine
     takes requests and calls the two, a step at a time. Works with chapter 7's Llama and chapter 8's MLAModel:
     their layers call cache.attend, and the runner gives them paged caches. validate and cuda_graphs: see
-    ModelRunner; validate=True also has the block manager check whole tables on every change."""
+    ModelRunner; validate=True also has the block manager check whole tables on every change.
+
+    async_scheduling: the host runs one step ahead of the device (vLLM v1's asynchronous scheduling). Step k + 1 is
+    scheduled, built and launched while step k runs, its decodes reading step k's tokens on the device; only then
+    does the host wait for step k's tokens. A sequence that draws its EOS in step k is finished one step late, and
+    its token of step k + 1 is dropped. The tokens are those of the step-by-step engine. None: on a CUDA device."""
 
     def __init__(self, model: LanguageModel, num_blocks: int, block_size: int = 16, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 512, prefix_caching: bool = True, preemption: bool = True,
-                 attention: str | Callable = "auto", validate: bool = False, cuda_graphs: bool | None = None):
+                 attention: str | Callable = "auto", validate: bool = False, cuda_graphs: bool | None = None,
+                 async_scheduling: bool | None = None):
         self.config = model.config
         self.scheduler = Scheduler(BlockManager(num_blocks, block_size, prefix_caching, validate), max_num_seqs,
                                    max_num_batched_tokens, preemption)
         self.runner = ModelRunner(model, num_blocks, block_size, max_num_seqs, attention, validate, cuda_graphs)
+        if async_scheduling is None:
+            async_scheduling = self.runner.device.type == "cuda"
+        self.async_scheduling = async_scheduling
+        self.in_flight: LaunchedStep | None = None    # the step launched ahead, whose tokens are not read yet
         self.finished: dict[int, Sequence] = {}
         self.stats = EngineStats()
         self._next_id = 0
@@ -78,16 +88,34 @@ class Engine:
         return [seq.seq_id for seq in seqs]
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or self.in_flight is not None
 
     def step(self) -> list[tuple[int, int]]:
-        """One iteration: schedule, run, postprocess. Returns the (sequence id, token) pairs it generated."""
-        batch = self.scheduler.next_step()
-        token_ids = self.runner.run(batch)                   # {sequence id: its new token}
-        self._count(batch)
-        for seq in self.scheduler.postprocess(batch, token_ids):
+        """One iteration: schedule, run, postprocess. Returns the (sequence id, token) pairs it generated; with
+        async_scheduling, those of the step launched one iteration before."""
+        if not self.async_scheduling:
+            batch = self.scheduler.next_step()
+            token_ids = self.runner.run(batch)                   # {sequence id: its new token}
+            self._count(batch)
+            return self._finish(batch, token_ids, self.scheduler.postprocess(batch, token_ids))
+        batch = self.scheduler.next_step()                       # while the step before runs on the device
+        launched = None
+        if batch.seqs:                                           # none when the last steps are being read
+            launched = self.runner.launch(batch, self.in_flight)
+            self._count(batch)
+        self.scheduler.advance(batch)
+        done, self.in_flight = self.in_flight, launched
+        if done is None:
+            return []
+        token_ids = done.read()                                  # waits for the step before, not for this one
+        return self._finish(done.batch, token_ids, self.scheduler.resolve(done.batch, token_ids))
+
+    def _finish(self, batch: SchedulerOutput, token_ids: dict[int, int],
+                finished: list[Sequence]) -> list[tuple[int, int]]:
+        """Record the finished sequences; the step's (sequence id, token) pairs, less the tokens dropped."""
+        for seq in finished:
             self.finished[seq.seq_id] = seq
-        return list(token_ids.items())
+        return [(seq.seq_id, token_ids[seq.seq_id]) for seq, index in batch.samples if index < seq.num_tokens]
 
     def run(self, on_step: Callable[["Engine", list[tuple[int, int]]], None] | None = None) -> dict[int, list[int]]:
         """Step until every request is finished; {sequence id: its generated tokens}."""

@@ -2,6 +2,7 @@
 # Edit the source notebook's `#| export` cells, then run `make sync`.
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import torch
@@ -10,7 +11,7 @@ from attnlab.decoding.generation import LanguageModel
 from attnlab.serving.cuda_graphs import DecodeGraphs
 from attnlab.serving.paged_cache import PagedCache, PagedLatentCache, build_step, host_tensor, to_device
 from attnlab.serving.sampler import sample_on_device
-from attnlab.serving.scheduler import SchedulerOutput
+from attnlab.serving.scheduler import PLACEHOLDER, SchedulerOutput
 
 
 # cell 'model_runner'
@@ -58,6 +59,19 @@ def choose_decode_kernel(choice: str | Callable, config, block_size: int, device
     return partial(paged_decode_split, check_lengths=validate)
 
 
+@dataclass
+class LaunchedStep:
+    """A step queued on the device: the tokens it samples, which the host has not read yet."""
+
+    batch: SchedulerOutput
+    rows: dict[int, int]              # sequence id -> its row of token_ids
+    token_ids: torch.Tensor           # (R,) int64 on the model's device
+
+    def read(self) -> dict[int, int]:
+        """{sequence id: its new token}: the step's one copy back to the host, which waits for the step to end."""
+        return dict(zip(self.rows, self.token_ids.tolist()))
+
+
 class ModelRunner:
     """The device side of serving, as nano-vllm draws it: every layer's paged pools, the one choice of decode kernel,
     the CUDA graphs, the forward pass and sampling. It reads the sequences a step schedules and returns their new
@@ -93,10 +107,16 @@ class ModelRunner:
         return sum(cache.nbytes for cache in self.caches)
 
     def run(self, batch: SchedulerOutput) -> dict[int, int]:
-        """One step on the device: the copies copy-on-write promised, one forward pass over the packed tokens, and
-        sampling. {sequence id: its new token}, the step's one copy back to the host."""
+        """One step on the device, waited for: {sequence id: its new token}."""
+        return self.launch(batch).read()
+
+    def launch(self, batch: SchedulerOutput, previous: LaunchedStep | None = None) -> LaunchedStep:
+        """Queue one step on the device: the copies copy-on-write promised, one forward pass over the packed tokens,
+        and sampling. On a GPU it returns before the step has run, and reading its tokens waits for it. previous:
+        the step launched before this one, not read yet; a decode whose input is a PLACEHOLDER takes its token
+        from previous's sampled ids, on the device."""
         self.copy_blocks(batch.copies)
-        return self.sample(batch, self.forward(batch))
+        return self.sample(batch, self.forward(batch, previous))
 
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
         """Copy-on-write: each (source, destination) block's contents, in every layer, before anything is written."""
@@ -106,12 +126,20 @@ class ModelRunner:
                 cache.v_pool[destination] = cache.v_pool[source]
 
     @torch.no_grad()
-    def forward(self, batch: SchedulerOutput) -> torch.Tensor:
+    def forward(self, batch: SchedulerOutput, previous: LaunchedStep | None = None) -> torch.Tensor:
         """One forward pass over the step's packed tokens -> the logits of each sequence's last token, (num_seqs, V).
         A step of decodes alone replays a CUDA graph when the runner has them; others run eagerly."""
         if not batch.seqs:
             return torch.empty(0, self.config.vocab_size, device=self.device)
         step = build_step(batch.seqs, self.block_size, self.device, gather_decodes=self.attention == "torch")
+        pending = [(row, seq.seq_id) for row, seq in enumerate(batch.seqs[:step.num_decodes])
+                   if seq.token_ids[seq.num_computed] == PLACEHOLDER]
+        if pending:                          # inputs the previous step drew: copied on the device, never read back
+            if previous is None or any(seq_id not in previous.rows for _, seq_id in pending):
+                raise ValueError("a decode's input token is a placeholder, and the step that draws it was not given")
+            rows = to_device(host_tensor([row for row, _ in pending]), self.device)
+            sources = to_device(host_tensor([previous.rows[seq_id] for _, seq_id in pending]), self.device)
+            step.token_ids.index_copy_(1, rows, previous.token_ids[sources][None])
         if self.graphs is not None and not step.chunks:
             return self.graphs.run(step).float()
         for cache in self.caches:
@@ -119,10 +147,10 @@ class ModelRunner:
         logits = self.model(step.token_ids, None, self.caches, positions=step.positions, logits_at=step.logits_at)
         return logits[0].float()
 
-    def sample(self, batch: SchedulerOutput, logits: torch.Tensor) -> dict[int, int]:
+    def sample(self, batch: SchedulerOutput, logits: torch.Tensor) -> LaunchedStep:
         """A sequence whose tokens are all computed after this step draws its next token, and so do the samples
-        that fork off it then, from the same row of logits with their own generators. {sequence id: token}, in
-        row order, each sequence followed by its forks."""
+        that fork off it then, from the same row of logits with their own seeds. Rows in order, each sequence
+        followed by its forks; nothing is read back."""
         rows, samplers = [], []
         for row, seq in enumerate(batch.seqs):
             if seq.num_computed + seq.num_scheduled == len(seq.token_ids):  # not a prompt's chunk with more to come
@@ -131,9 +159,7 @@ class ModelRunner:
                 if seq.forks:
                     rows += [row] * len(seq.forks)
                     samplers += seq.forks
-        if not samplers:
-            return {}
         if rows != list(range(len(batch.seqs))):
             logits = logits[to_device(host_tensor(rows), self.device)]
-        token_ids = sample_on_device(logits, samplers).tolist()          # the one copy to the host
-        return {seq.seq_id: token for seq, token in zip(samplers, token_ids)}
+        token_ids = sample_on_device(logits, samplers) if samplers else torch.empty(0, dtype=torch.long)
+        return LaunchedStep(batch, {seq.seq_id: row for row, seq in enumerate(samplers)}, token_ids)

@@ -11,15 +11,21 @@ from attnlab.serving.sequence import Sequence
 
 
 # cell 'scheduler'
+PLACEHOLDER = -1      # a token drawn on the device that the host has not read yet (asynchronous scheduling)
+
+
 @dataclass
 class SchedulerOutput:
     """One step's work: the sequences to run, in the order their tokens are packed (single-token queries
     first, then prefill chunks), each computing seq.num_scheduled tokens; the sequences preempted; and the
-    (source, destination) blocks copy-on-write promised, which the model runner copies before the step runs."""
+    (source, destination) blocks copy-on-write promised, which the model runner copies before the step runs.
+    Once the step is launched, Scheduler.advance records in samples each sequence that draws a token in it, in
+    the runner's row order, with the index its token will have in seq.token_ids."""
 
     seqs: list[Sequence]
     preempted: list[Sequence] = field(default_factory=list)
     copies: list[tuple[int, int]] = field(default_factory=list)
+    samples: list[tuple[Sequence, int]] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
@@ -95,21 +101,48 @@ class Scheduler:
         self.running.remove(seq)
 
     def postprocess(self, batch: SchedulerOutput, token_ids: dict[int, int]) -> list[Sequence]:
-        """A step's output, the one place it changes the sequences (nano-vllm's Scheduler.postprocess): the scheduled
-        tokens are computed; each sequence that drew a token (token_ids: {sequence id: token}, from the engine)
-        appends it, after its forks join running on its blocks; finished sequences leave. Returns them."""
-        finished = []
+        """A step's output, the one place it changes the sequences (nano-vllm's Scheduler.postprocess): advance, then
+        resolve with the step's tokens (token_ids: {sequence id: token}, from the model runner). Returns the
+        sequences finished."""
+        self.advance(batch)
+        return self.resolve(batch, token_ids)
+
+    def advance(self, batch: SchedulerOutput) -> None:
+        """The step is on the device: move its sequences on as if its new tokens were known, so that the next step
+        can be scheduled while this one runs (vLLM's asynchronous scheduling). The scheduled tokens count as
+        computed. A sequence whose tokens are now all computed draws one in this step: its forks join running on
+        its blocks, and it and each fork append a PLACEHOLDER for the token. One that reaches max_new_tokens so
+        leaves running now, its blocks freed (the device runs steps in order: a later step cannot overwrite them
+        before this one is done); resolve reports it."""
         for seq in batch.seqs:
             self.manager.computed(seq)
             seq.num_scheduled = 0
-            if seq.seq_id not in token_ids:
+            if seq.num_computed < seq.num_tokens:
                 continue                                     # a prompt's chunk: the rest in later steps
             for sample in [seq] + self.fork(seq):
-                sample.token_ids.append(token_ids[sample.seq_id])
-                if sample.finished:
-                    finished.append(sample)
-        for seq in finished:
-            self.finish(seq)
+                sample.token_ids.append(PLACEHOLDER)
+                batch.samples.append((sample, sample.num_tokens - 1))
+                if sample.num_generated >= sample.params.max_new_tokens:
+                    self.finish(sample)
+
+    def resolve(self, batch: SchedulerOutput, token_ids: dict[int, int]) -> list[Sequence]:
+        """The step's token ids have reached the host: each of its placeholders becomes its token. A sequence that
+        drew its EOS, or whose tokens reach max_new_tokens, is finished. Scheduled ahead, it may already be in the
+        next step: that step's token for it is dropped here, and its own resolve passes it by. Returns the
+        sequences this step finished."""
+        finished = []
+        for sample, index in batch.samples:
+            if index >= sample.num_tokens:
+                continue                                     # finished by an earlier step's EOS: token dropped
+            token = sample.token_ids[index] = token_ids[sample.seq_id]
+            if token != sample.params.eos_id and index + 1 - sample.prompt_len < sample.params.max_new_tokens:
+                continue
+            del sample.token_ids[index + 1:]                 # a token drawn in a step scheduled ahead
+            if sample in self.running:
+                self.finish(sample)
+            elif sample in self.waiting:                     # preempted in the step scheduled ahead
+                self.waiting.remove(sample)
+            finished.append(sample)
         return finished
 
     def check_room(self) -> None:
