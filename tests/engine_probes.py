@@ -40,7 +40,7 @@ def decode_host_engine(rows: int, context: int, block_size: int = 16) -> Engine:
                     max_num_batched_tokens=rows * context, attention=lambda *args, **kwargs: None)
 
     def stub_forward(batch, previous=None):
-        build_step(batch.seqs, block_size, engine.runner.device, gather_decodes=False)
+        build_step(batch.seqs, block_size, engine.runner.device, gather_decodes=False, staging=engine.runner.staging)
         return torch.zeros(len(batch.seqs), model.config.vocab_size)
 
     engine.runner.forward = stub_forward

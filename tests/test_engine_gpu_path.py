@@ -313,3 +313,32 @@ def test_with_async_scheduling_the_host_launches_a_step_before_reading_the_one_b
                 "each step must be given the step launched before it")
         else:
             assert kinds == ["launch", "read"] * (len(kinds) // 2), kinds
+
+
+def test_host_staging_sends_each_dtype_in_one_buffer_that_two_steps_share_by_turns():
+    """The step metadata's host buffers are kept from step to step, two sets used by turns: a step's tensors stay
+    as they were while the next step is built (its copy may still be queued on a GPU), and a step that needs more
+    room grows the buffers. build_step through them equals build_step with fresh ones, chunks included."""
+    from attnlab.serving.paged_cache import HostStaging
+    staging = HostStaging(torch.device("cpu"))
+    first = staging.send({torch.int64: [[1, 2, 3], [4]], torch.int32: [[5, 6]]})
+    assert [t.tolist() for t in first[torch.int64]] == [[1, 2, 3], [4]] and first[torch.int32][0].tolist() == [5, 6]
+    assert first[torch.int64][0].untyped_storage().data_ptr() == first[torch.int64][1].untyped_storage().data_ptr(), (
+        "one buffer, so one copy, per dtype")
+    second = staging.send({torch.int64: [list(range(1000))], torch.int32: [[7]]})          # grows its buffer
+    assert second[torch.int64][0].tolist() == list(range(1000))
+    assert first[torch.int64][0].tolist() == [1, 2, 3], "the step before was overwritten while the next was built"
+    staging.send({torch.int64: [[9, 9, 9]], torch.int32: []})                               # the first set again
+    assert first[torch.int64][0].tolist() == [9, 9, 9], "the sets are not used by turns"
+    seqs = decode_seqs([9, 3, 17], 4)
+    chunk = Sequence(3, list(range(1, 12)), SamplingParams())
+    chunk.block_table, chunk.num_computed, chunk.num_scheduled = [20, 21, 22], 2, 9
+    for gather in (True, False):
+        fresh = build_step(seqs + [chunk], 4, torch.device("cpu"), gather_decodes=gather)
+        for _ in range(3):
+            kept = build_step(seqs + [chunk], 4, torch.device("cpu"), gather_decodes=gather, staging=staging)
+        for name in ("token_ids", "positions", "slot_mapping", "query_start", "block_tables", "context_lens",
+                     "logits_at", "read_slots", "read_mask"):
+            assert (getattr(kept, name) is None) == (getattr(fresh, name) is None)
+            if getattr(fresh, name) is not None:
+                torch.testing.assert_close(getattr(kept, name), getattr(fresh, name), msg=name)

@@ -9,7 +9,7 @@ import torch
 
 from attnlab.decoding.generation import LanguageModel
 from attnlab.serving.cuda_graphs import DecodeGraphs
-from attnlab.serving.paged_cache import PagedCache, PagedLatentCache, build_step, host_tensor, to_device
+from attnlab.serving.paged_cache import HostStaging, PagedCache, PagedLatentCache, build_step, host_tensor, to_device
 from attnlab.serving.sampler import sample_on_device
 from attnlab.serving.scheduler import PLACEHOLDER, SchedulerOutput
 
@@ -96,6 +96,7 @@ class ModelRunner:
         # With graphs, one more block, which no table ever holds: the padding rows of a captured step write there.
         self.caches = new_paged_caches(self.config, num_blocks + int(cuda_graphs), block_size, weight.dtype,
                                        self.device, kernel, validate)
+        self.staging = HostStaging(self.device)      # the step metadata's host buffers, kept from step to step
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-self.config.max_seq_len // block_size)
@@ -131,7 +132,8 @@ class ModelRunner:
         A step of decodes alone replays a CUDA graph when the runner has them; others run eagerly."""
         if not batch.seqs:
             return torch.empty(0, self.config.vocab_size, device=self.device)
-        step = build_step(batch.seqs, self.block_size, self.device, gather_decodes=self.attention == "torch")
+        step = build_step(batch.seqs, self.block_size, self.device, gather_decodes=self.attention == "torch",
+                          staging=self.staging)
         pending = [(row, seq.seq_id) for row, seq in enumerate(batch.seqs[:step.num_decodes])
                    if seq.token_ids[seq.num_computed] == PLACEHOLDER]
         if pending:                          # inputs the previous step drew: copied on the device, never read back

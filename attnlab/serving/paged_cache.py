@@ -42,7 +42,41 @@ def to_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     which the GPU reads by itself while Python goes on building the step."""
     if device.type != "cuda":
         return x.to(device)
-    return x.pin_memory().to(device, non_blocking=True)
+    return (x if x.is_pinned() else x.pin_memory()).to(device, non_blocking=True)
+
+
+class HostStaging:
+    """How a step's integer metadata crosses to the device: written into host buffers kept from step to step
+    (pinned on a GPU) and sent in one copy per dtype, two a step, instead of allocating, pinning and copying each of
+    seven fields.
+
+    Two sets of buffers serve by turns. With the host one step ahead (async_scheduling), a step's copy may still be
+    queued on the device while the host writes the next step's metadata; but the engine reads each step's tokens
+    before it builds the step after next, so by the time a set is written again, its copy is done."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.sets: list[dict[torch.dtype, torch.Tensor]] = [{}, {}]
+        self.turn = 0
+
+    def send(self, parts: dict[torch.dtype, list]) -> dict[torch.dtype, list[torch.Tensor]]:
+        """{dtype: [flat int sequences (lists, arrays, host tensors)]} -> {dtype: [each as a 1-D tensor of dtype on
+        the device]}, one copy per dtype. On a CPU the tensors are the buffers' own: valid until the step after next
+        is built."""
+        buffers, self.turn = self.sets[self.turn], 1 - self.turn
+        sent = {}
+        for dtype, values in parts.items():
+            sizes = [len(v) for v in values]
+            total = sum(sizes)
+            if dtype not in buffers or buffers[dtype].numel() < total:        # grown, rarely: doubled each time
+                held = buffers[dtype].numel() if dtype in buffers else 256
+                buffers[dtype] = torch.empty(max(total, 2 * held), dtype=dtype, pin_memory=self.device.type == "cuda")
+            host, offset = buffers[dtype].numpy(), 0
+            for value, size in zip(values, sizes):
+                host[offset:offset + size] = value
+                offset += size
+            sent[dtype] = list(to_device(buffers[dtype][:total], self.device).split(sizes))
+        return sent
 
 
 @dataclass
@@ -79,7 +113,7 @@ class StepMetadata:
 
 
 def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
-               gather_decodes: bool = True) -> StepMetadata:
+               gather_decodes: bool = True, staging: HostStaging | None = None) -> StepMetadata:
     """The metadata of one step over the scheduled seqs (single-token ones first, as the scheduler orders
     them), each computing seq.num_scheduled tokens from position seq.num_computed. gather_decodes=False when a
     kernel reads the pool: the decodes then need only their block tables and lengths, not every slot of their
@@ -87,7 +121,9 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
 
     A decode costs a few integer operations here, whatever its context's length (nano-vllm's prepare_decode):
     its one new token's slot is table[p // block_size] * block_size + p % block_size. Your slot_mapping
-    (exercise 2) maps the whole ranges of prefill chunks, where a tensor op per sequence pays for itself."""
+    (exercise 2) maps the whole ranges of prefill chunks, where a tensor op per sequence pays for itself.
+
+    staging: the model runner's HostStaging, whose buffers are kept from step to step; a new one when None."""
     num_decodes = next((i for i, seq in enumerate(seqs) if seq.num_scheduled != 1), len(seqs))
     if any(seq.num_scheduled == 1 for seq in seqs[num_decodes:]):
         # the kernels and the layers read the decodes as the step's first num_decodes tokens
@@ -116,26 +152,30 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
         starts.append(starts[-1] + seq.num_scheduled)
         last.append(starts[-1] - 1)
     max_blocks = max(map(len, tables), default=1)
-    block_tables = host_tensor([t + [-1] * (max_blocks - len(t)) for t in tables], torch.int32)
-    block_tables = block_tables.view(num_decodes, max_blocks)
-    lengths = host_tensor(lens, torch.int32)
+    flat_tables = []                                     # (num_decodes * max_blocks,): each table, then -1s
+    for table in tables:
+        flat_tables += table
+        flat_tables += [-1] * (max_blocks - len(table))
+    slots = np.concatenate([np.array(decode_slots, dtype=np.int64), *map(np.asarray, chunk_slots)]) if chunks \
+        else decode_slots
+    sent = (staging or HostStaging(device)).send({torch.int64: [token_ids, positions, slots, last],
+                                                  torch.int32: [starts, flat_tables, lens]})
+    (token_ids_d, positions_d, slots_d, last_d), (starts_d, tables_d, lens_d) = sent[torch.int64], sent[torch.int32]
     read_slots = read_mask = None
     if gather_decodes:
         # Torch's attention reads every slot of each decode's context: all of them at once, from the block tables.
+        block_tables = host_tensor(flat_tables, torch.int32).view(num_decodes, max_blocks)
+        lengths = host_tensor(lens, torch.int32)
         s = max(lens, default=1)
         position = torch.arange(s)                                                       # (S,)
         keys = position[None, :] < lengths[:, None].long()                               # (num_decodes, S)
         read_slots = block_tables.long()[:, position // block_size] * block_size + position % block_size
         read_slots = to_device(read_slots.masked_fill(~keys, 0).view(-1), device)       # -1 entries, unread: 0
         read_mask = to_device(keys.view(num_decodes, 1, 1, s), device)
-    slots = host_tensor(decode_slots)
     return StepMetadata(
-        token_ids=to_device(host_tensor(token_ids).view(1, -1), device),
-        positions=to_device(host_tensor(positions).view(1, -1), device),
-        slot_mapping=to_device(torch.cat([slots, *chunk_slots]) if chunks else slots, device),
-        query_start=to_device(host_tensor(starts, torch.int32), device), num_decodes=num_decodes,
-        block_tables=to_device(block_tables, device), context_lens=to_device(lengths, device),
-        read_slots=read_slots, read_mask=read_mask, chunks=chunks, logits_at=to_device(host_tensor(last), device))
+        token_ids=token_ids_d.view(1, -1), positions=positions_d.view(1, -1), slot_mapping=slots_d,
+        query_start=starts_d, num_decodes=num_decodes, block_tables=tables_d.view(num_decodes, max_blocks),
+        context_lens=lens_d, read_slots=read_slots, read_mask=read_mask, chunks=chunks, logits_at=last_d)
 
 
 class PagedCache:
