@@ -99,9 +99,8 @@ class Engine:
             self._count(batch)
             return self._finish(batch, token_ids, self.scheduler.postprocess(batch, token_ids))
         batch = self.scheduler.next_step()                       # while the step before runs on the device
-        launched = None
-        if batch.seqs:                                           # none when the last steps are being read
-            launched = self.runner.launch(batch, self.in_flight)
+        launched = self.runner.launch(batch, self.in_flight) if batch.seqs else None   # none: the last being read
+        if batch.seqs or batch.preempted:
             self._count(batch)
         self.scheduler.advance(batch)
         done, self.in_flight = self.in_flight, launched
