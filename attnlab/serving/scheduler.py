@@ -113,7 +113,9 @@ class Scheduler:
         computed. A sequence whose tokens are now all computed draws one in this step: its forks join running on
         its blocks, and it and each fork append a PLACEHOLDER for the token. One that reaches max_new_tokens so
         leaves running now, its blocks freed (the device runs steps in order: a later step cannot overwrite them
-        before this one is done); resolve reports it."""
+        before this one is done); resolve reports it. (A block filled in a step scheduled ahead holds a
+        placeholder when allocate_slots hashes it, so no prompt can hit it: with the host ahead, generated text is
+        not shared through the prefix cache, only prompts are.)"""
         for seq in batch.seqs:
             self.manager.computed(seq)
             seq.num_scheduled = 0
