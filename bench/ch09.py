@@ -177,8 +177,8 @@ def _throughput(model, tokenizer) -> list[str]:
         ratios = "" if name in static else "; " + ", ".join(f"{r / rate[s]:.2f}x {s[23:-1]}'s" for s in static)
         lines.append(f"  {name:52s} {r:6.1f} tok/s (rounds: {spread}){ratios}")
     peak = max(e.stats.peak_rows for e in engines)
-    lines.append(f"  target: the engine >= 2.5x each static batching. In the static batches' memory, up to "
-                 f"{peak} rows ran at once. The outputs equal generating the request alone for {same} and "
+    lines.append(f"  target: the engine >= 2x each static batching at equal rows, >= 2.5x in their KV memory. In "
+                 f"that memory, up to {peak} rows ran at once. The outputs equal generating the request alone for {same} and "
                  f"{same_wide} of the first {BATCH} requests (target: all)")
     stats = next(e.stats for e in engines if e.scheduler.max_num_seqs == BATCH)
     config = model.config

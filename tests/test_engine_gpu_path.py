@@ -338,7 +338,7 @@ def test_host_staging_sends_each_dtype_in_one_buffer_that_two_steps_share_by_tur
         for _ in range(3):
             kept = build_step(seqs + [chunk], 4, torch.device("cpu"), gather_decodes=gather, staging=staging)
         for name in ("token_ids", "positions", "slot_mapping", "query_start", "block_tables", "context_lens",
-                     "logits_at", "read_slots", "read_mask"):
+                     "logits_at", "read_slots", "read_mask", "read_unused"):
             assert (getattr(kept, name) is None) == (getattr(fresh, name) is None)
             if getattr(fresh, name) is not None:
                 torch.testing.assert_close(getattr(kept, name), getattr(fresh, name), msg=name)

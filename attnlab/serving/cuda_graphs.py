@@ -45,8 +45,8 @@ class DecodeBuffers:
             token_ids=self.token_ids[:, :batch_size], positions=self.positions[:, :batch_size],
             slot_mapping=self.slot_mapping[:batch_size], query_start=self.query_start[:batch_size + 1],
             num_decodes=batch_size, block_tables=self.block_tables[:batch_size],
-            context_lens=self.context_lens[:batch_size], read_slots=None, read_mask=None, chunks=[],
-            logits_at=self.logits_at[:batch_size])
+            context_lens=self.context_lens[:batch_size], read_slots=None, read_mask=None, read_unused=None,
+            chunks=[], logits_at=self.logits_at[:batch_size])
 
     def fill(self, step: StepMetadata, batch_size: int) -> StepMetadata:
         """Copy a decode-only step (built with gather_decodes=False) into the first rows, and pad it to batch_size

@@ -87,7 +87,8 @@ class StepMetadata:
     new token (decodes; chapter 10's kernels take these), then the chunks of the sequences that have several
     (prefill chunks). Nothing is padded in the batch. Torch's attention reads the decodes' keys as a
     (num_decodes, S) batch, gathered through read_slots, whose unused places are read as zeros and masked; the
-    kernels read the pool through block_tables, and for them read_slots and read_mask are not built (None)."""
+    kernels read the pool through block_tables, and for them read_slots, read_mask and read_unused are not built
+    (None)."""
 
     token_ids: torch.Tensor           # (1, N) int64
     positions: torch.Tensor           # (1, N) int64: each token's position in its sequence
@@ -98,6 +99,7 @@ class StepMetadata:
     context_lens: torch.Tensor        # (num_decodes,) int32: tokens each decode attends to, its own included
     read_slots: torch.Tensor | None   # (num_decodes * S,) int64: the decodes' slots, row by row; 0 where unused
     read_mask: torch.Tensor | None    # (num_decodes, 1, 1, S) bool: True at each decode's real keys
+    read_unused: torch.Tensor | None  # (U,) int64: the places of read_slots past their decode's length
     chunks: list[PrefillChunk]
     logits_at: torch.Tensor           # (num_seqs,) int64: each sequence's last token in the step
 
@@ -108,8 +110,9 @@ class StepMetadata:
             raise ValueError("this step was built for a decode kernel (gather_decodes=False): it has no read_slots")
         s = self.read_mask.shape[-1]
         rows = pool.view(-1, *pool.shape[2:]).index_select(0, self.read_slots)        # (num_decodes * S, H, D)
-        rows = rows.view(self.num_decodes, s, *pool.shape[2:]).masked_fill(~self.read_mask[:, 0, 0, :, None, None], 0)
-        return rows.transpose(1, 2)
+        # Zeroing only the unused rows, by index, costs a quarter of a masked_fill over all of them.
+        rows.index_fill_(0, self.read_unused, 0)
+        return rows.view(self.num_decodes, s, *pool.shape[2:]).transpose(1, 2)
 
 
 def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
@@ -161,7 +164,7 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
     sent = (staging or HostStaging(device)).send({torch.int64: [token_ids, positions, slots, last],
                                                   torch.int32: [starts, flat_tables, lens]})
     (token_ids_d, positions_d, slots_d, last_d), (starts_d, tables_d, lens_d) = sent[torch.int64], sent[torch.int32]
-    read_slots = read_mask = None
+    read_slots = read_mask = read_unused = None
     if gather_decodes:
         # Torch's attention reads every slot of each decode's context: all of them at once, from the block tables.
         block_tables = host_tensor(flat_tables, torch.int32).view(num_decodes, max_blocks)
@@ -172,10 +175,12 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
         read_slots = block_tables.long()[:, position // block_size] * block_size + position % block_size
         read_slots = to_device(read_slots.masked_fill(~keys, 0).view(-1), device)       # -1 entries, unread: 0
         read_mask = to_device(keys.view(num_decodes, 1, 1, s), device)
+        read_unused = to_device((~keys).view(-1).nonzero().view(-1), device)
     return StepMetadata(
         token_ids=token_ids_d.view(1, -1), positions=positions_d.view(1, -1), slot_mapping=slots_d,
         query_start=starts_d, num_decodes=num_decodes, block_tables=tables_d.view(num_decodes, max_blocks),
-        context_lens=lens_d, read_slots=read_slots, read_mask=read_mask, chunks=chunks, logits_at=last_d)
+        context_lens=lens_d, read_slots=read_slots, read_mask=read_mask, read_unused=read_unused, chunks=chunks,
+        logits_at=last_d)
 
 
 class PagedCache:
