@@ -169,6 +169,24 @@ def test_step_metadata_for_a_kernel_leaves_out_the_gather_fields():
         kernel.gather_decodes(torch.zeros(64, 16, 2, 8))
 
 
+def test_gathered_keys_are_the_pools_rows_and_zeros_where_a_decode_has_none():
+    """torch's decode path reads (num_decodes, H, S, D): each decode's keys from its table's slots, then zeros,
+    even where the pool holds NaN (a NaN read there would reach the output through a 0 weight of the values)."""
+    lengths, block_size = [9, 3, 17, 1], 4
+    seqs = decode_seqs(lengths, block_size)
+    pool = torch.randn(sum(-(-n // block_size) for n in lengths) + 2, block_size, 2, 8)
+    for seq, n in zip(seqs, lengths):                          # every slot past a sequence's end: NaN
+        flat = pool[seq.block_table].view(-1, 2, 8)
+        flat[n:] = float("nan")
+        pool[seq.block_table] = flat.view(-1, block_size, 2, 8)
+    step = build_step(seqs, block_size, torch.device("cpu"))
+    rows = step.gather_decodes(pool)                           # (4, 2, S, 8)
+    assert rows.shape == (4, 2, max(lengths), 8)
+    for b, (seq, n) in enumerate(zip(seqs, lengths)):
+        torch.testing.assert_close(rows[b, :, :n], pool[seq.block_table].view(-1, 2, 8)[:n].transpose(0, 1))
+        assert (rows[b, :, n:] == 0).all(), f"decode {b}: the places past its {n} keys must be zeros"
+
+
 def test_build_step_refuses_a_decode_after_a_prefill_chunk_and_a_position_past_the_table():
     """The kernels and the layers read a step's decodes as its first num_decodes tokens: a single-token sequence
     after a prefill chunk would be read as part of that chunk, so build_step says so instead of attending wrongly."""
