@@ -26,6 +26,8 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.kernels.paged_mla
         paged_mla_decode_kernel, MLA_BLOCK_H, MLA_MAX_LATENT, MLA_TILE_N, compile_paged_mla_decode,
         mla_tile, paged_mla_decode [10]
+    attnlab.kernels.paged_prefill
+        paged_prefill_kernel, compile_paged_prefill, paged_prefill, prefill_tiles [10]
     attnlab.kernels.split_kv
         paged_decode_split_kernel, split_bounds, combine_splits_kernel, DecodePlan, H200_SMS,
         MAX_SPLITS, combine_splits, compile_paged_decode_split, decode_plan, gqa_tile, operand_type,
@@ -88,10 +90,10 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.engine
         Engine, EngineStats [9]
     attnlab.serving.model_runner
-        LaunchedStep, ModelRunner, choose_decode_kernel, new_paged_caches [9]
+        LaunchedStep, ModelRunner, choose_decode_kernel, choose_prefill_kernel, new_paged_caches [9]
     attnlab.serving.paged_cache
         HostStaging, NUMPY_DTYPES, PagedCache, PagedLatentCache, PrefillChunk, StepMetadata,
-        build_step, host_tensor, to_device [9]
+        build_step, host_tensor, padded_tables, to_device [9]
     attnlab.serving.paged_kv
         write_paged, gather_paged, paged_attention [9]
     attnlab.serving.prefix_cache

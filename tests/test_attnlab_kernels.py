@@ -22,12 +22,15 @@ from attnlab.kernels.hopper import KernelCompileError, compile_for_hopper, kerne
 from attnlab.kernels.hopper import HOPPER_SHARED_BYTES
 from attnlab.kernels.paged_decode import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_DIMS, compile_paged_decode, paged_decode
 from attnlab.kernels.paged_mla import compile_paged_mla_decode, paged_mla_decode
+from attnlab.kernels.paged_prefill import compile_paged_prefill, paged_prefill
 from attnlab.kernels.split_kv import H200_SMS, compile_paged_decode_split, decode_plan, paged_decode_split
 from attnlab.layers.latent_attention import absorbed_latent_attention, naive_latent_attention
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.models.mla import MLAConfig, MLAModel
 from attnlab.serving.engine import Engine
+from attnlab.serving.paged_cache import PagedCache, build_step
 from attnlab.serving.paged_kv import gather_paged, paged_attention
+from attnlab.serving.sequence import SamplingParams, Sequence
 
 
 def paged_pools(lens, heads, dims, block_size, dtype=torch.float32, seed=0, extra_blocks=3):
@@ -191,6 +194,8 @@ def test_the_engine_on_the_kernels_equals_generating_each_request_alone(make_mod
     # Preempts, and prefills in chunks of at most 16 tokens beside the decodes; unused slots NaN.
     engine = Engine(model, num_blocks=5, block_size=16, max_num_seqs=4, max_num_batched_tokens=16, attention="triton")
     assert engine.runner.attention == "triton" and all(cache.decode_kernel is not None for cache in engine.runner.caches)
+    latent = model.config.cache_shapes.latent           # MLA's chunks attend with torch; GQA's with paged_prefill
+    assert all((cache.prefill_kernel is None) == latent for cache in engine.runner.caches)
     for cache in engine.runner.caches:
         cache.k_pool.fill_(float("nan"))
         cache.v_pool.fill_(float("nan"))
@@ -282,10 +287,84 @@ def test_kernels_never_write_past_the_heads_they_own():
     assert not guarded[:, :20].isnan().any() and guarded[:, 20:].isnan().all()
 
 
+def _prefill_step(chunks, block_size, num_blocks, gather_chunks, seed=0):
+    """Sequences each computing one chunk (offset, length) after `offset` tokens already in the pool, on shuffled
+    blocks; chapter 9's step metadata for them."""
+    order = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
+    seqs = []
+    for i, (offset, size) in enumerate(chunks):
+        seq = Sequence(i, list(range(1, offset + size + 1)), SamplingParams())
+        seq.block_table = [order.pop() for _ in range(-(-(offset + size) // block_size))]
+        seq.num_computed, seq.num_scheduled = offset, size
+        seqs.append(seq)
+    return build_step(seqs, block_size, torch.device("cpu"), gather_chunks=gather_chunks)
+
+
+@pytest.mark.parametrize("group,block_size,d_head,tiles", [(1, 16, 32, (16, 16)), (4, 16, 64, (64, 64)),
+                                                           (3, 32, 16, (16, 64)), (2, 64, 128, (32, 32))])
+def test_paged_prefill_equals_chapter_9s_chunk_by_chunk_attention(group, block_size, d_head, tiles):
+    """One launch for every chunk of a step against PagedCache's torch path, which gathers each chunk's keys and
+    attends with a causal mask: chunks from position 0, after a cached prefix, of two tokens, longer than a tile;
+    unused slots NaN."""
+    chunks = [(0, 37), (20, 13), (45, 2), (3, 70)]
+    num_blocks = sum(-(-(o + n) // block_size) for o, n in chunks) + 3
+    k_pool = torch.full((num_blocks, block_size, 2, d_head), float("nan"))
+    v_pool = k_pool.clone()
+    torch_step = _prefill_step(chunks, block_size, num_blocks, gather_chunks=True)
+    kernel_step = _prefill_step(chunks, block_size, num_blocks, gather_chunks=False)
+    assert all(c.slots is None and c.mask is None for c in kernel_step.chunks)
+    assert kernel_step.max_chunk_len == 70 and kernel_step.prefill_starts.tolist() == [0, 37, 50, 52, 122]
+    for chunk in torch_step.chunks:               # every token of every context: random keys and values
+        k_pool.view(-1, 2, d_head)[chunk.slots] = torch.randn(len(chunk.slots), 2, d_head)
+        v_pool.view(-1, 2, d_head)[chunk.slots] = torch.randn(len(chunk.slots), 2, d_head)
+    n = sum(size for _, size in chunks)
+    q, k, v = torch.randn(1, 2 * group, n, d_head), torch.randn(1, 2, n, d_head), torch.randn(1, 2, n, d_head)
+    sdpa = lambda q, k, v, mask: (F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True), None)
+    torch_cache = PagedCache(k_pool.clone(), v_pool.clone())
+    torch_cache.step = torch_step
+    want = torch_cache.attend(q, k, v, None, sdpa)
+    kernel = lambda *args, **kwargs: paged_prefill(*args, tile_m=tiles[0], tile_n=tiles[1], **kwargs)
+    kernel_cache = PagedCache(k_pool.clone(), v_pool.clone(), prefill_kernel=kernel)
+    kernel_cache.step = kernel_step
+    got = kernel_cache.attend(q, k, v, None, sdpa)
+    assert not got.isnan().any()
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_paged_prefill_in_bf16_writes_bf16_within_bf16_error_of_float32():
+    (k_pool, v_pool), tables, _, _ = paged_pools([50, 9], 2, (64, 64), 16, dtype=torch.bfloat16)
+    q = torch.randn(30 + 9, 8, 64).bfloat16()
+    starts, lens = torch.tensor([0, 30, 39]), torch.tensor([50, 9])
+    z = paged_prefill(q, k_pool, v_pool, tables, starts, lens)
+    assert z.dtype == torch.bfloat16, "the kernel writes the query's dtype itself"
+    want = paged_prefill(q.float(), k_pool.float(), v_pool.float(), tables, starts, lens)
+    # bf16 keeps 8 significant bits, and the store rounds the float32 output once: to nearest on a GPU (within 2^-8
+    # of its magnitude); Triton's interpreter, which runs this test, truncates toward zero (within 2^-7)
+    torch.testing.assert_close(z.float(), want, rtol=2 ** -7, atol=2 ** -8)
+
+
+def test_paged_prefill_refuses_bad_chunks_with_clear_errors():
+    (k_pool, v_pool), tables, _, _ = paged_pools([20, 5], 2, (32, 32), 16)
+    q = torch.randn(25, 4, 32)
+    cases = [
+        (lambda: paged_prefill(q[0], k_pool, v_pool, tables, torch.tensor([0, 20, 25]), torch.tensor([20, 5])),
+         "need q \\(N, H, D\\)"),
+        (lambda: paged_prefill(q, k_pool, v_pool, tables, torch.tensor([0, 25]), torch.tensor([20, 5])),
+         "query_start \\(C \\+ 1,\\)"),
+        (lambda: paged_prefill(q, k_pool, v_pool, tables, torch.tensor([0, 10, 24]), torch.tensor([20, 5])),
+         "rise from 0 to N = 25"),
+        (lambda: paged_prefill(q, k_pool, v_pool, tables, torch.tensor([0, 15, 25]), torch.tensor([20, 5])),
+         "at most each chunk's context_len"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
 def test_the_engine_picks_torch_on_a_cpu_and_refuses_an_unknown_choice():
     model = tiny_llama()
     assert Engine(model, num_blocks=8, block_size=16).runner.attention == "torch"
-    with pytest.raises(ValueError, match="'auto', 'triton', 'torch' or a decode kernel"):
+    with pytest.raises(ValueError, match="'auto', 'triton', 'torch', a decode kernel or a pair"):
         Engine(model, num_blocks=8, block_size=16, attention="cuda")
 
 
@@ -395,6 +474,9 @@ def test_every_supported_shape_compiles_for_hopper_within_shared_memory():
     whole = compile_paged_decode([(8, 128, 256), (8, 64, 256)], pool_dtype="bf16") + compile_paged_decode(
         [(8, 64, 256), (8, 128, 128)], pool_dtype="fp32")
     assert all(0 < b.shared_bytes <= HOPPER_SHARED_BYTES for b in whole)
+    prefill = compile_paged_prefill([(4, bs, d) for d in SUPPORTED_HEAD_DIMS for bs in (16, 128)])
+    assert all(0 < b.shared_bytes <= HOPPER_SHARED_BYTES for b in prefill), [b.shared_bytes for b in prefill]
+    assert all(b.wgmma_instructions > 0 for b in prefill), "bf16 prefill tiles of 64 queries must run on wgmma"
 
 
 def test_shapes_past_the_kernels_limits_get_a_clear_error_before_launch():

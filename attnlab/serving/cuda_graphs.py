@@ -38,6 +38,7 @@ class DecodeBuffers:
         self.context_lens = torch.ones(max_batch, **int32)
         self.query_start = torch.arange(max_batch + 1, **int32)
         self.logits_at = torch.arange(max_batch, **int64)
+        self.no_chunks = (torch.full((0, 1), -1, **int32), torch.zeros(1, **int32), torch.zeros(0, **int32))
 
     def step(self, batch_size: int) -> StepMetadata:
         """The first batch_size rows of the buffers, as the metadata of a step of batch_size decodes."""
@@ -46,7 +47,8 @@ class DecodeBuffers:
             slot_mapping=self.slot_mapping[:batch_size], query_start=self.query_start[:batch_size + 1],
             num_decodes=batch_size, block_tables=self.block_tables[:batch_size],
             context_lens=self.context_lens[:batch_size], read_slots=None, read_mask=None, read_unused=None,
-            chunks=[], logits_at=self.logits_at[:batch_size])
+            chunks=[], logits_at=self.logits_at[:batch_size], prefill_tables=self.no_chunks[0],
+            prefill_starts=self.no_chunks[1], prefill_lens=self.no_chunks[2], max_chunk_len=0)
 
     def fill(self, step: StepMetadata, batch_size: int) -> StepMetadata:
         """Copy a decode-only step (built with gather_decodes=False) into the first rows, and pad it to batch_size

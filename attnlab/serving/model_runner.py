@@ -16,14 +16,16 @@ from attnlab.serving.scheduler import PLACEHOLDER, SchedulerOutput
 
 # cell 'model_runner'
 def new_paged_caches(config, num_blocks: int, block_size: int, dtype: torch.dtype, device: torch.device,
-                     decode_kernel: Callable | None = None, validate: bool = False) -> list[PagedCache]:
+                     decode_kernel: Callable | None = None, validate: bool = False,
+                     prefill_kernel: Callable | None = None) -> list[PagedCache]:
     """One paged cache per layer, of num_blocks blocks, shaped as the config's cache_shapes say: K and V pools of
     n_kv_heads heads for a Llama-style model (chapter 7); the latent c_kv and the rotary key for MLA (chapter 8)."""
     shapes = config.cache_shapes
     cache_class = PagedLatentCache if shapes.latent else PagedCache
     pool = dict(dtype=dtype, device=device)
     return [cache_class(torch.zeros(num_blocks, block_size, *shapes.keys, **pool),
-                        torch.zeros(num_blocks, block_size, *shapes.values, **pool), decode_kernel, validate)
+                        torch.zeros(num_blocks, block_size, *shapes.values, **pool), decode_kernel, validate,
+                        prefill_kernel)
             for _ in range(shapes.n_layers)]
 
 
@@ -33,11 +35,15 @@ def choose_decode_kernel(choice: str | Callable, config, block_size: int, device
     pool ("torch"), or chapter 10's Triton kernel ("triton"), which reads the pool where it lies. "auto": the
     kernel on a CUDA GPU when the shapes fit it, torch otherwise. The kernels live in attnlab.kernels, which
     knows nothing of the engine; it is imported only when chosen. A callable is taken as the decode kernel
-    itself (chapter 10's demo gives the engine the kernels of its notebook)."""
+    itself, and a pair as (decode kernel, prefill kernel): chapter 10's demo gives the engine the kernels of its
+    notebook."""
+    if isinstance(choice, tuple) and len(choice) == 2 and all(callable(kernel) for kernel in choice):
+        return choice[0]
     if callable(choice):
         return choice
     if choice not in ("auto", "triton", "torch"):
-        raise ValueError(f"attention must be 'auto', 'triton', 'torch' or a decode kernel, got {choice!r}")
+        raise ValueError(f"attention must be 'auto', 'triton', 'torch', a decode kernel or a pair (decode kernel, "
+                         f"prefill kernel), got {choice!r}")
     shapes = config.cache_shapes
     (_, k_dim), (v_heads, v_dim) = shapes.keys, shapes.values
     dims = (block_size, k_dim, v_dim) if shapes.latent else (block_size, k_dim)
@@ -57,6 +63,20 @@ def choose_decode_kernel(choice: str | Callable, config, block_size: int, device
         return partial(paged_mla_decode, check_lengths=validate)
     from attnlab.kernels.split_kv import paged_decode_split
     return partial(paged_decode_split, check_lengths=validate)
+
+
+def choose_prefill_kernel(choice: str | Callable, config, decode_kernel: Callable | None,
+                          validate: bool = False) -> Callable | None:
+    """How prefill chunks attend: chapter 10's paged_prefill, every chunk of a step in one launch on the pool,
+    whenever the decodes use the kernels; torch's attention on each chunk's gathered keys otherwise. MLA's chunks
+    stay with torch (its prefill attends with decompressed keys, as DeepSeek's does, and FlashMLA decodes only).
+    A lone decode kernel (a callable) keeps torch's prefill; a pair gives its second as the prefill kernel."""
+    if isinstance(choice, tuple):
+        return choice[1]
+    if decode_kernel is None or callable(choice) or config.cache_shapes.latent:
+        return None
+    from attnlab.kernels.paged_prefill import paged_prefill
+    return partial(paged_prefill, check_lengths=validate)
 
 
 @dataclass
@@ -87,6 +107,7 @@ class ModelRunner:
         weight = next(model.parameters())
         self.device = weight.device
         kernel = choose_decode_kernel(attention, self.config, block_size, self.device, validate)
+        self.prefill_kernel = choose_prefill_kernel(attention, self.config, kernel, validate)
         self.attention = "torch" if kernel is None else "triton"
         if cuda_graphs is None:
             cuda_graphs = self.device.type == "cuda" and kernel is not None and not validate
@@ -95,7 +116,7 @@ class ModelRunner:
                              "and validate=False, whose checks read numbers back to the host")
         # With graphs, one more block, which no table ever holds: the padding rows of a captured step write there.
         self.caches = new_paged_caches(self.config, num_blocks + int(cuda_graphs), block_size, weight.dtype,
-                                       self.device, kernel, validate)
+                                       self.device, kernel, validate, self.prefill_kernel)
         self.staging = HostStaging(self.device)      # the step metadata's host buffers, kept from step to step
         self.graphs = None
         if cuda_graphs:
@@ -133,7 +154,7 @@ class ModelRunner:
         if not batch.seqs:
             return torch.empty(0, self.config.vocab_size, device=self.device)
         step = build_step(batch.seqs, self.block_size, self.device, gather_decodes=self.attention == "torch",
-                          staging=self.staging)
+                          gather_chunks=self.prefill_kernel is None, staging=self.staging)
         pending = [(row, seq.seq_id) for row, seq in enumerate(batch.seqs[:step.num_decodes])
                    if seq.token_ids[seq.num_computed] == PLACEHOLDER]
         if pending:                          # inputs the previous step drew: copied on the device, never read back

@@ -16,12 +16,13 @@ from attnlab.serving.sequence import Sequence
 @dataclass
 class PrefillChunk:
     """One sequence's chunk of new tokens in a packed step: tokens start .. end - 1 of the step, whose queries
-    attend to the sequence's first context_len tokens, read from `slots`."""
+    attend to the sequence's first context_len tokens, read from `slots`. A step built for chapter 10's prefill
+    kernel, which reads the pool through the block tables, leaves slots and mask out (None)."""
 
     start: int
     end: int
-    slots: torch.Tensor               # (context_len,) int64: the slot of each of the sequence's tokens so far
-    mask: torch.Tensor                # (end - start, context_len) bool: causal, the chunk being the last tokens
+    slots: torch.Tensor | None        # (context_len,) int64: the slot of each of the sequence's tokens so far
+    mask: torch.Tensor | None         # (end - start, context_len) bool: causal, the chunk being the last tokens
 
     def gather(self, pool: torch.Tensor) -> torch.Tensor:
         """pool (num_blocks, block_size, H, D) -> (1, H, context_len, D)."""
@@ -88,7 +89,7 @@ class StepMetadata:
     (prefill chunks). Nothing is padded in the batch. Torch's attention reads the decodes' keys as a
     (num_decodes, S) batch, gathered through read_slots, whose unused places are read as zeros and masked; the
     kernels read the pool through block_tables, and for them read_slots, read_mask and read_unused are not built
-    (None)."""
+    (None). The prefill_* fields describe the chunks as chapter 10's paged_prefill reads them: one launch for all."""
 
     token_ids: torch.Tensor           # (1, N) int64
     positions: torch.Tensor           # (1, N) int64: each token's position in its sequence
@@ -102,6 +103,10 @@ class StepMetadata:
     read_unused: torch.Tensor | None  # (U,) int64: the places of read_slots past their decode's length
     chunks: list[PrefillChunk]
     logits_at: torch.Tensor           # (num_seqs,) int64: each sequence's last token in the step
+    prefill_tables: torch.Tensor      # (num_chunks, max_blocks) int32, -1 past each chunk's sequence's blocks
+    prefill_starts: torch.Tensor      # (num_chunks + 1,) int32: chunk c is prefill tokens [c] .. [c + 1] - 1
+    prefill_lens: torch.Tensor        # (num_chunks,) int32: its sequence's tokens, the chunk's own included
+    max_chunk_len: int                # the longest chunk: sizes the prefill kernel's grid without a read-back
 
     def gather_decodes(self, pool: torch.Tensor) -> torch.Tensor:
         """pool (num_blocks, block_size, H, D) -> the decodes' keys (or values), (num_decodes, H, S, D), zeros
@@ -115,12 +120,13 @@ class StepMetadata:
         return rows.view(self.num_decodes, s, *pool.shape[2:]).transpose(1, 2)
 
 
-def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
-               gather_decodes: bool = True, staging: HostStaging | None = None) -> StepMetadata:
+def build_step(seqs: list[Sequence], block_size: int, device: torch.device, gather_decodes: bool = True,
+               gather_chunks: bool = True, staging: HostStaging | None = None) -> StepMetadata:
     """The metadata of one step over the scheduled seqs (single-token ones first, as the scheduler orders
     them), each computing seq.num_scheduled tokens from position seq.num_computed. gather_decodes=False when a
     kernel reads the pool: the decodes then need only their block tables and lengths, not every slot of their
-    contexts (for 32 decodes of 1,024 tokens, 9 kB a step instead of 300 kB).
+    contexts (for 32 decodes of 1,024 tokens, 9 kB a step instead of 300 kB). gather_chunks=False likewise when
+    chapter 10's prefill kernel attends for the chunks: their slots and causal masks are then not built.
 
     A decode costs a few integer operations here, whatever its context's length (nano-vllm's prepare_decode):
     its one new token's slot is table[p // block_size] * block_size + p % block_size. Your slot_mapping
@@ -143,27 +149,34 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
         tables.append(table)
         lens.append(p + 1)
     starts, last, chunks, chunk_slots = list(range(num_decodes + 1)), list(range(num_decodes)), [], []
+    chunk_tables, chunk_lens = [], []
     for seq in seqs[num_decodes:]:               # a prefill chunk: tokens first .. end - 1
         first, end = seq.num_computed, seq.num_computed + seq.num_scheduled
         token_ids += seq.token_ids[first:end]
         positions += range(first, end)
-        context = slot_mapping(seq.block_table, torch.arange(end), block_size)         # (end,) your exercise 2
-        causal = torch.arange(end)[None, :] <= torch.arange(first, end)[:, None]      # (chunk, end)
-        chunks.append(PrefillChunk(starts[-1], starts[-1] + seq.num_scheduled, to_device(context, device),
-                                   to_device(causal, device)))
-        chunk_slots.append(context[first:])
+        if gather_chunks:                        # torch's attention reads the chunk's whole context by slot
+            context = slot_mapping(seq.block_table, torch.arange(end), block_size)     # (end,) your exercise 2
+            causal = torch.arange(end)[None, :] <= torch.arange(first, end)[:, None]  # (chunk, end)
+            chunks.append(PrefillChunk(starts[-1], starts[-1] + seq.num_scheduled, to_device(context, device),
+                                       to_device(causal, device)))
+            chunk_slots.append(context[first:])
+        else:
+            chunks.append(PrefillChunk(starts[-1], starts[-1] + seq.num_scheduled, None, None))
+            chunk_slots.append(slot_mapping(seq.block_table, torch.arange(first, end), block_size))
+        chunk_tables.append(seq.block_table)
+        chunk_lens.append(end)
         starts.append(starts[-1] + seq.num_scheduled)
         last.append(starts[-1] - 1)
-    max_blocks = max(map(len, tables), default=1)
-    flat_tables = []                                     # (num_decodes * max_blocks,): each table, then -1s
-    for table in tables:
-        flat_tables += table
-        flat_tables += [-1] * (max_blocks - len(table))
+    flat_tables, max_blocks = padded_tables(tables)
+    flat_chunk_tables, max_chunk_blocks = padded_tables(chunk_tables)
+    chunk_starts = [start - num_decodes for start in starts[num_decodes:]]
     slots = np.concatenate([np.array(decode_slots, dtype=np.int64), *map(np.asarray, chunk_slots)]) if chunks \
         else decode_slots
     sent = (staging or HostStaging(device)).send({torch.int64: [token_ids, positions, slots, last],
-                                                  torch.int32: [starts, flat_tables, lens]})
-    (token_ids_d, positions_d, slots_d, last_d), (starts_d, tables_d, lens_d) = sent[torch.int64], sent[torch.int32]
+                                                  torch.int32: [starts, flat_tables, lens, flat_chunk_tables,
+                                                                chunk_starts, chunk_lens]})
+    (token_ids_d, positions_d, slots_d, last_d) = sent[torch.int64]
+    starts_d, tables_d, lens_d, chunk_tables_d, chunk_starts_d, chunk_lens_d = sent[torch.int32]
     read_slots = read_mask = read_unused = None
     if gather_decodes:
         # Torch's attention reads every slot of each decode's context: all of them at once, from the block tables.
@@ -180,7 +193,19 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device,
         token_ids=token_ids_d.view(1, -1), positions=positions_d.view(1, -1), slot_mapping=slots_d,
         query_start=starts_d, num_decodes=num_decodes, block_tables=tables_d.view(num_decodes, max_blocks),
         context_lens=lens_d, read_slots=read_slots, read_mask=read_mask, read_unused=read_unused, chunks=chunks,
-        logits_at=last_d)
+        logits_at=last_d, prefill_tables=chunk_tables_d.view(len(chunks), max_chunk_blocks),
+        prefill_starts=chunk_starts_d, prefill_lens=chunk_lens_d,
+        max_chunk_len=max((c.end - c.start for c in chunks), default=0))
+
+
+def padded_tables(tables: list[list[int]]) -> tuple[list[int], int]:
+    """Block tables as one flat list, each padded with -1 to the longest (at least 1 wide), and that width."""
+    width = max(map(len, tables), default=1)
+    flat = []
+    for table in tables:
+        flat += table
+        flat += [-1] * (width - len(table))
+    return flat, width
 
 
 class PagedCache:
@@ -192,9 +217,10 @@ class PagedCache:
     10's paged_decode reads the pool where it lies, on a GPU."""
 
     def __init__(self, k_pool: torch.Tensor, v_pool: torch.Tensor, decode_kernel: Callable | None = None,
-                 validate: bool = False):
+                 validate: bool = False, prefill_kernel: Callable | None = None):
         self.k_pool, self.v_pool = k_pool, v_pool      # (num_blocks, block_size, H_kv, D) each
         self.decode_kernel = decode_kernel
+        self.prefill_kernel = prefill_kernel           # chapter 10's paged_prefill: every chunk in one launch
         self.validate = validate                       # check slots and lengths (this reads them back: slower)
         self.step: StepMetadata | None = None
         self.length = 0                                # the model passes positions in a packed step
@@ -232,10 +258,16 @@ class PagedCache:
                 k_read, v_read = step.gather_decodes(self.k_pool), step.gather_decodes(self.v_pool)
                 z = attention_fn(q_decode[:, :, None], k_read, v_read, step.read_mask)[0][:, :, 0]
             parts.append(z.transpose(0, 1))                                         # (H, num_decodes, D)
-        for chunk in step.chunks:
-            z, _ = attention_fn(q[:, :, chunk.start:chunk.end], chunk.gather(self.k_pool),
-                                chunk.gather(self.v_pool), chunk.mask)
-            parts.append(z[0])                                                      # (H, chunk, D)
+        if step.chunks and self.prefill_kernel is not None:                         # chapter 10: one launch
+            q_prefill = q[0, :, step.num_decodes:].transpose(0, 1)                  # (N - num_decodes, H, D)
+            z = self.prefill_kernel(q_prefill, self.k_pool, self.v_pool, step.prefill_tables, step.prefill_starts,
+                                    step.prefill_lens, max_chunk_len=step.max_chunk_len)
+            parts.append(z.transpose(0, 1))
+        elif step.chunks:                                                           # torch, chunk by chunk
+            for chunk in step.chunks:
+                z, _ = attention_fn(q[:, :, chunk.start:chunk.end], chunk.gather(self.k_pool),
+                                    chunk.gather(self.v_pool), chunk.mask)
+                parts.append(z[0])                                                  # (H, chunk, D)
         return torch.cat(parts, dim=1)[None]
 
 
