@@ -148,8 +148,51 @@ def _split_reference(i):
     return z, z, merged, torch.ones(1), torch.ones(1)
 
 
+def _prefill_inputs(g):
+    chunks = [(int(torch.randint(0, 40, (1,), generator=g)), int(torch.randint(2, 40, (1,), generator=g)))
+              for _ in range(3)]
+    lens = [offset + size for offset, size in chunks]
+    (k_pool, v_pool), tables = _pools(g, lens, 2, (32, 32))
+    # block 0 holds no token (NaN), where a block-table load masked with other=0 points
+    k_pool, v_pool = (torch.cat([torch.full_like(pool[:1], float("nan")), pool]) for pool in (k_pool, v_pool))
+    tables = tables + 1
+    sizes = [size for _, size in chunks]
+    return {"q": torch.randn(sum(sizes), 6, 32, generator=g), "k_pool": k_pool, "v_pool": v_pool,
+            "block_tables": tables, "query_start": torch.tensor([0] + sizes).cumsum(0),
+            "context_lens": torch.tensor(lens, dtype=torch.int32)}
+
+
+# Every chunk continues after some cached tokens; tiles of 16 queries by 32 keys (two blocks), then 32 by 16; the
+# first output is followed by 16 spare rows, which a kernel storing rows past the last chunk spoils.
+PREFILL_CODE = '''
+import torch
+n = inputs["q"].shape[0]
+guarded = torch.full((n + 16, 6, 32), float("nan"))
+args = (inputs["q"], inputs["k_pool"], inputs["v_pool"], inputs["block_tables"], inputs["query_start"],
+        inputs["context_lens"])
+result = [paged_prefill(*args, out=guarded[:n], tile_m=16, tile_n=32), paged_prefill(*args, tile_m=32, tile_n=16),
+          torch.tensor([float(guarded[n:].isnan().all())]),
+          torch.tensor([float(all(b.cubin_bytes > 0 for b in compile_paged_prefill([(3, 16, 32)])))])]
+'''
+
+
+def _prefill_reference(i):
+    parts, block_size = [], i["k_pool"].shape[1]
+    for c, length in enumerate(i["context_lens"].tolist()):
+        first, end = i["query_start"][c].item(), i["query_start"][c + 1].item()
+        position = torch.arange(length)
+        slots = i["block_tables"][c].long()[position // block_size] * block_size + position % block_size
+        k, v = (pool.flatten(0, 1)[slots].transpose(0, 1)[None] for pool in (i["k_pool"], i["v_pool"]))
+        causal = position[None, :] <= position[length - (end - first):, None]            # (chunk, keys)
+        parts.append(F.scaled_dot_product_attention(i["q"][first:end].transpose(0, 1)[None], k, v, attn_mask=causal,
+                                                    enable_gqa=True)[0].transpose(0, 1))
+    z = torch.cat(parts)
+    return z, z, torch.ones(1), torch.ones(1)
+
+
 PROBES = {
     "test_paged_decode": Probe(_decode_inputs, DECODE_CODE, _decode_reference, rtol=1e-4, atol=1e-5),
     "test_paged_decode_split": Probe(_split_inputs, SPLIT_CODE, _split_reference, rtol=1e-4, atol=1e-5),
     "test_paged_mla_decode": Probe(_mla_inputs, MLA_CODE, _mla_reference, rtol=1e-4, atol=1e-5),
+    "test_paged_prefill": Probe(_prefill_inputs, PREFILL_CODE, _prefill_reference, rtol=1e-4, atol=1e-5),
 }

@@ -169,6 +169,12 @@ def _rejected() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
     return tuple(rules)
 
 
+def _names_another_term(variant: str, english: str) -> bool:
+    """Whether `variant` is the glossary's own word for another term the English also says: a paragraph about tiles
+    and prompt chunks writes 分块 for the chunks, which the tile's note rules out only as a word for a tile."""
+    return any(variant in entry.main and any(_mentions(term, english) for term in entry.terms) for entry in entries())
+
+
 @lru_cache(maxsize=1)
 def _headings() -> dict[str, str]:
     return {h.english: h.chinese for h in headings()}
@@ -204,7 +210,8 @@ def check_message(english: str, chinese: str, page: bool, pairs=None, figure: bo
     plain = _strip(english)
     chinese_prose = _strip(chinese)
     for variant, reason, beside in _rejected():
-        if variant in chinese_prose and (not beside or any(_mentions(term, plain) for term in beside)):
+        if variant in chinese_prose and (not beside or any(_mentions(term, plain) for term in beside)) \
+                and not _names_another_term(variant, plain):
             problems.append(f"'{variant}': {reason}")
     problems += _ranges(chinese_prose)
     wording = _headings().get(english.strip())
