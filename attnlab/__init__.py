@@ -24,14 +24,14 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         paged_decode_kernel, SPARE_ROWS, SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_DIMS,
         WHOLE_BLOCK_BYTES, compile_paged_decode, dot_precision, paged_decode [10]
     attnlab.kernels.paged_mla
-        paged_mla_decode_kernel, MLA_BLOCK_H, MLA_MAX_LATENT, MLA_TILE_N, compile_paged_mla_decode,
-        mla_tile, paged_mla_decode [10]
+        paged_mla_decode_kernel, MLA_BLOCK_H, MLA_MAX_LATENT, MLA_RESIDENT, MLA_TILE_N,
+        compile_paged_mla_decode, mla_tile, paged_mla_decode [10]
     attnlab.kernels.paged_prefill
         paged_prefill_kernel, compile_paged_prefill, paged_prefill, prefill_tiles [10]
     attnlab.kernels.split_kv
-        paged_decode_split_kernel, split_bounds, combine_splits_kernel, DecodePlan, H200_SMS,
-        MAX_SPLITS, combine_splits, compile_paged_decode_split, decode_plan, gqa_tile, operand_type,
-        paged_decode_split, split_buffers [10]
+        paged_decode_split_kernel, split_bounds, combine_splits_kernel, DecodePlan, GQA_RESIDENT,
+        H200_SMS, MAX_SPLITS, SPLIT_COUNTS, combine_splits, compile_paged_decode_split, decode_plan,
+        gqa_tile, operand_type, paged_decode_split, resident_programs, split_buffers [10]
     attnlab.layers.attention
         attention_scores, scaled_dot_product_attention [1]
     attnlab.layers.decoder_layer

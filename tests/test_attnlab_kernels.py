@@ -21,9 +21,10 @@ from attnlab.decoding.generation import generate
 from attnlab.kernels.hopper import KernelCompileError, compile_for_hopper, kernel_source
 from attnlab.kernels.hopper import HOPPER_SHARED_BYTES
 from attnlab.kernels.paged_decode import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_DIMS, compile_paged_decode, paged_decode
-from attnlab.kernels.paged_mla import compile_paged_mla_decode, paged_mla_decode
+from attnlab.kernels.paged_mla import MLA_RESIDENT, compile_paged_mla_decode, paged_mla_decode
 from attnlab.kernels.paged_prefill import compile_paged_prefill, paged_prefill
-from attnlab.kernels.split_kv import H200_SMS, compile_paged_decode_split, decode_plan, paged_decode_split
+from attnlab.kernels.split_kv import (GQA_RESIDENT, H200_SMS, SPLIT_COUNTS, compile_paged_decode_split, decode_plan,
+                                     paged_decode_split, resident_programs)
 from attnlab.layers.latent_attention import absorbed_latent_attention, naive_latent_attention
 from attnlab.models.llama import Llama, LlamaConfig
 from attnlab.models.mla import MLAConfig, MLAModel
@@ -477,6 +478,13 @@ def test_every_supported_shape_compiles_for_hopper_within_shared_memory():
     prefill = compile_paged_prefill([(4, bs, d) for d in SUPPORTED_HEAD_DIMS for bs in (16, 128)])
     assert all(0 < b.shared_bytes <= HOPPER_SHARED_BYTES for b in prefill), [b.shared_bytes for b in prefill]
     assert all(b.wgmma_instructions > 0 for b in prefill), "bf16 prefill tiles of 64 queries must run on wgmma"
+    # The kernels the engine runs: no register spilled to local memory, and no block-table load waited for in the
+    # loop (three stages let the pipeliner load the table a stage ahead of the keys and values it addresses)
+    engine = binaries[:len(gqa)] + mla + prefill
+    report = "; ".join(f"{b.constexprs.get('D_HEAD', b.constexprs.get('D_LATENT'))}/{b.constexprs['BLOCK_SIZE']}: "
+                       f"{b.registers} registers, {b.spill_bytes} B spilled, {b.waiting_table_loads} waiting loads"
+                       for b in engine)
+    assert all(b.spill_bytes == 0 and b.waiting_table_loads == 0 for b in engine), report
 
 
 def test_shapes_past_the_kernels_limits_get_a_clear_error_before_launch():
@@ -500,11 +508,29 @@ def test_shapes_past_the_kernels_limits_get_a_clear_error_before_launch():
         paged_decode_split(torch.randn(1, 4, 64), k_pool, v_pool, tables, lens_t, num_splits=17)
 
 
-def test_the_plan_splits_few_long_sequences_and_not_many_short_ones():
-    """decode_plan, for an H200's 132 multiprocessors: a full grid is not split; a small batch with a long context
-    is, up to twice the GPU's worth of programs; a context of under 4 tiles per split is not."""
-    assert decode_plan(128 * 8, 32768, 64, sm_count=H200_SMS).num_splits == 1          # 1024 programs
-    assert decode_plan(32 * 8, 1024, 64, sm_count=H200_SMS).num_splits == 2            # 256 programs: 2 fill 264
-    assert decode_plan(8, 32768, 64, sm_count=H200_SMS).num_splits == 16               # one sequence: the cap
-    assert decode_plan(8, 300, 64, sm_count=H200_SMS).num_splits == 2                  # 5 tiles: at most 2 splits
-    assert decode_plan(64 * 2, 8192, 64, sm_count=H200_SMS).num_splits == 3            # MLA: 64 x 2 head tiles
+def test_the_plan_fills_the_gpus_program_slots_in_nearly_full_waves():
+    """decode_plan, for an H200's 132 multiprocessors, with the programs of each kernel resident on one (GQA at head
+    dim 128: 4, so 528 slots; MLA: 1, so 132): the fewest power-of-two splits that keep the slots at least 80% busy
+    over the grid's waves (w waves are w / ceil(w) busy); never under 4 tiles per split, never over 16 splits."""
+    plan = lambda programs, max_len, resident=4: decode_plan(programs, max_len, 64, sm_count=H200_SMS,
+                                                              resident=resident).num_splits
+    assert plan(128 * 8, 32768) == 1              # 1,024 programs: 1.94 waves of 528, 97% busy
+    assert plan(32 * 8, 1024) == 2                # 256 programs: 0.48 of a wave, 48%; 2 splits: 97%
+    assert plan(64 * 8, 8192) == 1                # Llama-3-8B at B = 64: 512 programs, 0.97 of a wave
+    assert plan(64 * 8, 8192, resident=3) == 2    # 396 slots: 1.29 waves are 65% busy; 2 splits, 2.59 waves: 86%
+    assert plan(8, 32768) == 16                   # one sequence: the cap
+    assert plan(8, 300) == 2                      # 5 tiles: at most 2 splits of at least 4 tiles, rounded to a power
+    assert plan(64 * 2, 8192, resident=MLA_RESIDENT) == 1    # MLA: 128 programs in 132 slots, 97% busy
+    assert plan(16 * 2, 8192, resident=MLA_RESIDENT) == 4    # 32 programs: 24%; 4 splits: 97%
+    counts = {plan(b * h, n) for b in (1, 3, 8, 32, 64, 128) for h in (1, 8) for n in (64, 1000, 4096, 32768)}
+    assert counts <= set(SPLIT_COUNTS), f"split counts {sorted(counts)}: each is a kernel variant to compile"
+
+
+def test_resident_programs_match_the_compile():
+    """GQA_RESIDENT and MLA_RESIDENT, which the plan uses without a GPU, are what the sm_90 compile's registers and
+    shared memory allow, at every supported head dim and DeepSeek-V3's latent."""
+    for d_head, resident in GQA_RESIDENT.items():
+        binary, = compile_paged_decode_split([(8, 16, d_head, 4)])
+        assert resident_programs(binary.registers, binary.shared_bytes, 4) == resident, (d_head, binary)
+    mla, = compile_paged_mla_decode([(64, 512, 64)])
+    assert resident_programs(mla.registers, mla.shared_bytes, 8) == MLA_RESIDENT, mla

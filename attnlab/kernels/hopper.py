@@ -24,11 +24,37 @@ INTERPRETED = select_interpreter()
 
 # The compile runs in a fresh Python without the interpreter: under TRITON_INTERPRET=1 triton.language is the
 # interpreter's, and compiling in that process fails on kernels that are fine.
-_COMPILE = """
-import importlib.util, json, sys
+_COMPILE = r"""
+import importlib.util, json, os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+PTXAS = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def resources(ptx):
+    # ptxas -v, the assembler Triton ships and runs itself: registers per thread, and bytes spilled to local memory
+    target = next(line.split()[1] for line in ptx.splitlines() if line.startswith(".target"))
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "kernel.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        report = subprocess.run([PTXAS, "-v", "--gpu-name", target, path, "-o", os.devnull], capture_output=True,
+                                text=True).stderr
+    registers = int(re.search(r"Used (\d+) registers", report).group(1))
+    return registers, sum(int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", report))
+
+
+def waiting_table_loads(ttgir):
+    # int32 loads (block-table entries) that the first loop issues and waits for in place: the pipeliner turns a
+    # load it can schedule a stage ahead into an async_copy_global_to_local, so 0 means the loop never waits on one
+    if "scf.for" not in ttgir:
+        return 0
+    loop = ttgir[ttgir.index("scf.for"):]
+    loop = loop[:loop.index("scf.yield")]
+    return len(re.findall(r"tt\.load [^\n]*!tt\.ptr<i32>", loop))
+
+
 job = json.load(sys.stdin)
 spec = importlib.util.spec_from_file_location("kernel_source", job["path"])
 module = importlib.util.module_from_spec(spec)
@@ -46,10 +72,13 @@ for constexprs in job["constexprs"]:
     try:
         compiled = triton.compile(ASTSource(kernel, types, constexprs, attrs=attrs), target=GPUTarget("cuda", 90, 32),
                                   options=job["options"] or None)
+        registers, spill_bytes = resources(compiled.asm["ptx"])
         results.append({"ptx_lines": compiled.asm["ptx"].count(chr(10)), "cubin_bytes": len(compiled.asm["cubin"]),
                         "shared_bytes": compiled.metadata.shared,
                         "tf32_instructions": sum(".tf32" in line for line in compiled.asm["ptx"].splitlines()),
-                        "wgmma_instructions": sum("wgmma.mma_async" in line for line in compiled.asm["ptx"].splitlines())})
+                        "wgmma_instructions": sum("wgmma.mma_async" in line for line in compiled.asm["ptx"].splitlines()),
+                        "registers": registers, "spill_bytes": spill_bytes,
+                        "waiting_table_loads": waiting_table_loads(compiled.asm["ttgir"])})
     except Exception as exc:
         results.append({"error": type(exc).__name__ + ": " + str(exc)})
 print(json.dumps(results))
@@ -72,6 +101,9 @@ class HopperBinary:
     shared_bytes: int        # shared memory one program needs
     tf32_instructions: int   # PTX instructions that multiply in TF32 (10-bit mantissas): 0 for IEEE float32 dots
     wgmma_instructions: int = 0   # Hopper's warpgroup tensor-core multiplies (wgmma): bf16 tiles of 64 rows use them
+    registers: int = 0            # per thread (ptxas -v); 65,536 per multiprocessor bound the programs resident there
+    spill_bytes: int = 0          # stored to and loaded from local memory for want of registers: 0 in a fast kernel
+    waiting_table_loads: int = 0  # int32 loads the main loop waits for in place, not pipelined a stage ahead
 
 
 def launch(kernel, grid: tuple[int, ...], *args, **constexprs) -> None:
@@ -141,5 +173,6 @@ def compile_for_hopper(kernel, signature: dict[str, str], constexprs: list[dict[
             raise KernelCompileError(f"{kernel.fn.__name__} with {variant} needs {result['shared_bytes']} bytes of "
                                      f"shared memory; a Hopper GPU gives one program {HOPPER_SHARED_BYTES}")
         binaries.append(HopperBinary(variant, result["ptx_lines"], result["cubin_bytes"], result["shared_bytes"],
-                                     result["tf32_instructions"], result["wgmma_instructions"]))
+                                     result["tf32_instructions"], result["wgmma_instructions"], result["registers"],
+                                     result["spill_bytes"], result["waiting_table_loads"]))
     return binaries

@@ -68,6 +68,9 @@ def paged_mla_decode_kernel(part_out_ptr, part_lse_ptr, q_latent_ptr, q_rope_ptr
 
 # cell 'paged_mla_decode'
 MLA_BLOCK_H = 64          # query heads per program, as FlashMLA: one read of a latent tile serves 64 heads
+# Programs of paged_mla_decode_kernel resident on one Hopper multiprocessor at DeepSeek-V3's dims: its (64, 512)
+# float32 accumulator takes 255 registers a thread on 8 warps, and its tiles 217 KB of shared memory (a test checks)
+MLA_RESIDENT = 1
 MLA_TILE_N = 64           # positions per iteration in bf16 and fp16 (FlashMLA's block of 64 tokens); 16 in float32
 MLA_MAX_LATENT = 512      # DeepSeek-V3's d_c: a (64, 512) float32 accumulator and a (64, 576) bf16 tile fit
 
@@ -102,7 +105,7 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
                  check_lengths)
     head_tiles = triton.cdiv(n_heads, MLA_BLOCK_H)
     plan = decode_plan(batch * head_tiles, block_tables.shape[1] * c_kv_pool.shape[1], mla_tile(c_kv_pool.dtype),
-                       num_warps=8)
+                       num_warps=8, resident=MLA_RESIDENT)
     num_splits = num_splits or plan.num_splits
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
@@ -148,4 +151,4 @@ def compile_paged_mla_decode(variants: list[tuple[int, int, int]], pool_dtype: s
     divisible = tuple(name for name in signature
                       if name.endswith("_ptr") or name.startswith("stride") and name not in ("stride_tb", "stride_ps"))
     return compile_for_hopper(paged_mla_decode_kernel, signature, constexprs, divisible,
-                              options={"num_warps": 8, "num_stages": 2})
+                              options={"num_warps": 8, "num_stages": 3})

@@ -126,7 +126,7 @@ def paged_prefill(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, b
            k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), v_pool.stride(0), v_pool.stride(1), v_pool.stride(2),
            GROUP=n_heads // n_kv_heads, BLOCK_SIZE=k_pool.shape[1], D_HEAD=d_head, TILE_M=tile_m, TILE_N=tile_n,
            OPERAND=operand_type(k_pool.dtype), DOT_PRECISION=dot_precision(k_pool.dtype),
-           **({"num_warps": 4, "num_stages": 2} | launch_options))
+           **({"num_warps": 4, "num_stages": 3} | launch_options))
     return out
 
 
@@ -142,4 +142,4 @@ def compile_paged_prefill(variants: list[tuple[int, int, int]], pool_dtype: str 
                    "DOT_PRECISION": dot_precision(pool_dtype)} for group, block_size, d_head in variants]
     divisible = tuple(name for name in signature
                       if name.endswith("_ptr") or name.startswith("stride") and name != "stride_tb")
-    return compile_for_hopper(kernel, signature, constexprs, divisible, options={"num_warps": 4, "num_stages": 2})
+    return compile_for_hopper(kernel, signature, constexprs, divisible, options={"num_warps": 4, "num_stages": 3})
