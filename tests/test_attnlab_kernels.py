@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import subprocess
 import sys
 import textwrap
@@ -397,7 +398,12 @@ def test_the_gpu_benchmark_script_runs_at_tiny_sizes_in_the_interpreter(repo):
     # the engine (graphs' buffers, on the kernels) against transformers' two ways of batching, and the step profile
     assert "6/6 requests give generate_batch's tokens" in run.stdout, run.stdout
     assert "unavailable" not in run.stdout and "transformers generate, static batches" in run.stdout, run.stdout
-    assert "profile of one decode step of 6 sequences: wall" in run.stdout, run.stdout
+    # the decode steps at both row counts, with the kernels each layer launches: 43 before issue 50's fusions
+    # (RMSNorm 6 + 6, rotary 7 + 7, three projections, the cache's writes and copies), counted in a smoke run
+    steps = re.findall(r"decode steps of (\d+) sequences: wall .* (\d+) kernels per layer", run.stdout)
+    assert [rows for rows, _ in steps] == ["4", "6"], run.stdout
+    assert all(0 < int(kernels) <= 43 for _, kernels in steps), run.stdout
+    assert "prefill, 3 prompts of 20 tokens" in run.stdout, run.stdout
 
 
 def with_table_tail(tables: torch.Tensor, extra: int = 3) -> torch.Tensor:
