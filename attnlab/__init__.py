@@ -15,6 +15,9 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
         filter_logits, next_token [5]
     attnlab.decoding.streaming
         stream [7]
+    attnlab.kernels.fused
+        add_rms_norm_kernel, rotary_kernel, rotate_heads, silu_mul_kernel, FusedLlamaForward,
+        add_rms_norm, rotary_in_place, silu_mul [10]
     attnlab.kernels.hopper
         HOPPER_SHARED_BYTES, HopperBinary, INTERPRETED, KernelCompileError, TL_NAMES,
         compile_for_hopper, kernel_source, launch [10]

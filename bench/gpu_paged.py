@@ -320,7 +320,7 @@ def graph_seconds(engine, rows: int, repeats: int = 50) -> float | None:
 
 # Operations that launch no kernel: views are flagged by torch; these only allocate or relabel memory
 NO_KERNEL = {"detach", "alias", "lift_fresh", "empty", "empty_strided", "new_empty", "set_", "_unsafe_view",
-             "_reshape_alias", "promote_types", "resize_", "result_type"}
+             "_reshape_alias", "promote_types", "resize_", "result_type", "empty_like"}
 
 
 class KernelCount(TorchDispatchMode):
@@ -338,23 +338,40 @@ class KernelCount(TorchDispatchMode):
 
 
 def kernels_per_layer(engine) -> int:
-    """Kernels the last layer launches in one eager decode step (every layer but the first launches as many)."""
+    """Kernels a layer launches in one eager decode step, on average over the layers: counted inside each of the
+    model's LlamaBlocks, or each layer of chapter 10's FusedLlamaForward when the engine runs it."""
     import attnlab.kernels.hopper as hopper
-    from attnlab.kernels import paged_decode, paged_mla, paged_prefill, split_kv
-    counter = KernelCount()
-    layer = engine.runner.model.layers[-1]          # the first layer also computes the rotary angles the rest reuse
-    hooks = [layer.register_forward_pre_hook(lambda *_: setattr(counter, "active", True)),
-             layer.register_forward_hook(lambda *_: setattr(counter, "active", False))]
+    from attnlab.kernels import fused, paged_decode, paged_mla, paged_prefill, split_kv
+    counter, calls = KernelCount(), [0]
+
+    def inside(fn):
+        def counted_layer(*args, **kwargs):
+            calls[0] += 1
+            counter.active = True
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                counter.active = False
+        return counted_layer
+    forward = engine.runner.model_forward
+    hooks = []
+    if isinstance(forward, fused.FusedLlamaForward):
+        forward.layer = inside(forward.layer)                      # an instance attribute: removed below
+    else:
+        for layer in engine.runner.model.layers:
+            hooks += [layer.register_forward_pre_hook(lambda *_: (calls.__setitem__(0, calls[0] + 1),
+                                                                  setattr(counter, "active", True))),
+                      layer.register_forward_hook(lambda *_: setattr(counter, "active", False))]
     launch = hopper.launch
 
     def counted(*args, **kwargs):
-        active, counter.active = counter.active, False
+        active, counter.active = counter.active, False            # the interpreter's own work is not a kernel
         counter.count += active
         try:
             return launch(*args, **kwargs)
         finally:
             counter.active = active
-    modules = (paged_decode, paged_mla, paged_prefill, split_kv)
+    modules = (fused, paged_decode, paged_mla, paged_prefill, split_kv)
     for module in modules:
         module.launch = counted
     graphs, engine.runner.graphs = engine.runner.graphs, None            # eager: the same kernels, one by one
@@ -367,7 +384,8 @@ def kernels_per_layer(engine) -> int:
             module.launch = launch
         for hook in hooks:
             hook.remove()
-    return counter.count
+        vars(forward).pop("layer", None)
+    return round(counter.count / max(calls[0], 1))
 
 
 def decode_step_lines(engine, device, steps: int = 50) -> list[str]:

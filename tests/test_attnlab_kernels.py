@@ -23,7 +23,11 @@ from attnlab.kernels.hopper import KernelCompileError, compile_for_hopper, kerne
 from attnlab.kernels.hopper import HOPPER_SHARED_BYTES
 from attnlab.kernels.paged_decode import SUPPORTED_BLOCK_SIZES, SUPPORTED_HEAD_DIMS, compile_paged_decode, paged_decode
 from attnlab.kernels.paged_mla import MLA_RESIDENT, compile_paged_mla_decode, paged_mla_decode
+from attnlab.kernels.fused import FusedLlamaForward, add_rms_norm, rotary_in_place, silu_mul
 from attnlab.kernels.paged_prefill import compile_paged_prefill, paged_prefill
+from attnlab.layers.norm import RMSNorm
+from attnlab.layers.rope import apply_rope, rope_angles
+from attnlab.serving.model_runner import ModelRunner
 from attnlab.kernels.split_kv import (GQA_RESIDENT, H200_SMS, SPLIT_COUNTS, compile_paged_decode_split, decode_plan,
                                      paged_decode_split, resident_programs)
 from attnlab.layers.latent_attention import absorbed_latent_attention, naive_latent_attention
@@ -363,6 +367,61 @@ def test_paged_prefill_refuses_bad_chunks_with_clear_errors():
             call()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_kernels_equal_chapter_7s_modules(dtype):
+    """add_rms_norm, rotary_in_place and silu_mul against RMSNorm after a residual add, apply_rope and SwiGLU's
+    middle, in the model's dtype: the same roundings, in float32 arithmetic."""
+    g = torch.Generator().manual_seed(0)
+    x, z = torch.randn(7, 96, generator=g).to(dtype), torch.randn(7, 96, generator=g).to(dtype)
+    norm = RMSNorm(96, eps=1e-5).to(dtype)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(96, generator=g) + 0.5)
+        stream = x.clone()
+        fused_out = add_rms_norm(z, stream, norm.weight, norm.eps)
+    # float32: equal to rounding; bf16: within one unit of the last of its 8 bits (2^-7 relative), since Triton's
+    # interpreter, which runs these tests, truncates to bf16 where a GPU rounds to nearest
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2 ** -7, atol=2 ** -7)
+    torch.testing.assert_close(stream, x + z, **tolerance)              # the stream keeps the sum
+    # the norm rounds twice (before the gain, and its output), so in bf16 two units apart at most
+    twice = tolerance if dtype == torch.float32 else dict(rtol=2 ** -6, atol=2 ** -6)
+    with torch.no_grad():
+        torch.testing.assert_close(fused_out, norm(stream), **twice)
+        torch.testing.assert_close(add_rms_norm(x, None, norm.weight, norm.eps), norm(x), **twice)
+    positions = torch.tensor([0, 5, 17, 127, 3])
+    q, k = torch.randn(5, 6, 32, generator=g).to(dtype), torch.randn(5, 2, 32, generator=g).to(dtype)
+    cos, sin = rope_angles(torch.arange(128)[None], 32, 10000.0)
+    cos_sin = torch.cat([cos[0, 0], sin[0, 0]], -1).float()
+    q_rot, k_rot = q.clone(), k.clone()
+    rotary_in_place(q_rot, k_rot, cos_sin, positions)
+    for rotated, x in ((q_rot, q), (k_rot, k)):
+        want = apply_rope(x.transpose(0, 1)[None], positions[None], 10000.0)[0].transpose(0, 1)
+        torch.testing.assert_close(rotated, want, **tolerance)
+    gate, up = torch.randn(4, 40, generator=g).to(dtype), torch.randn(4, 40, generator=g).to(dtype)
+    torch.testing.assert_close(silu_mul(gate, up), F.silu(gate) * up, **tolerance)
+
+
+def test_the_fused_forward_gives_the_models_own_logits_on_a_packed_step():
+    """FusedLlamaForward, the engine's forward on the kernels, against the Llama's own forward on the same packed
+    step (decodes and prefill chunks), in the same pools: the logits agree to float32 rounding."""
+    model = tiny_llama()
+    engine = Engine(model, num_blocks=16, block_size=16, max_num_seqs=4, max_num_batched_tokens=24,
+                    attention="triton")
+    assert isinstance(engine.runner.model_forward, FusedLlamaForward)
+    assert FusedLlamaForward.supports(model) and not FusedLlamaForward.supports(tiny_mla())
+    for prompt in ([3, 1, 4, 1, 5], list(range(1, 30)), [9, 2]):
+        engine.add_request(prompt, 6)
+    with torch.no_grad():
+        for _ in range(4):                       # a prefill step, a mixed step with a chunk, decode steps
+            batch = engine.scheduler.next_step()
+            fused = engine.runner.forward(batch)
+            own = engine.runner.model_forward
+            engine.runner.model_forward = ModelRunner.choose_forward(model, None, None)     # the model's forward
+            plain = engine.runner.forward(batch)
+            engine.runner.model_forward = own
+            torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-4)
+            engine.scheduler.postprocess(batch, engine.runner.sample(batch, fused).read())
+
+
 def test_the_engine_picks_torch_on_a_cpu_and_refuses_an_unknown_choice():
     model = tiny_llama()
     assert Engine(model, num_blocks=8, block_size=16).runner.attention == "torch"
@@ -398,11 +457,11 @@ def test_the_gpu_benchmark_script_runs_at_tiny_sizes_in_the_interpreter(repo):
     # the engine (graphs' buffers, on the kernels) against transformers' two ways of batching, and the step profile
     assert "6/6 requests give generate_batch's tokens" in run.stdout, run.stdout
     assert "unavailable" not in run.stdout and "transformers generate, static batches" in run.stdout, run.stdout
-    # the decode steps at both row counts, with the kernels each layer launches: 43 before issue 50's fusions
-    # (RMSNorm 6 + 6, rotary 7 + 7, three projections, the cache's writes and copies), counted in a smoke run
+    # the decode steps at both row counts, with the kernels each layer launches: 43 with chapter 7's modules
+    # (RMSNorm 6 + 6, rotary 7 + 7, ...), at most 16 with FusedLlamaForward, counted in a smoke run
     steps = re.findall(r"decode steps of (\d+) sequences: wall .* (\d+) kernels per layer", run.stdout)
     assert [rows for rows, _ in steps] == ["4", "6"], run.stdout
-    assert all(0 < int(kernels) <= 43 for _, kernels in steps), run.stdout
+    assert all(0 < int(kernels) <= 16 for _, kernels in steps), run.stdout
     assert "prefill, 3 prompts of 20 tokens" in run.stdout, run.stdout
 
 

@@ -2,6 +2,7 @@
 # Edit the source notebook's `#| export` cells, then run `make sync`.
 
 import bisect
+from collections.abc import Callable
 
 import torch
 
@@ -81,9 +82,10 @@ class DecodeGraphs:
     With capture=False (on a CPU, and in the tests) run() calls the model on the same buffers, the very code a
     graph captures; only torch.cuda.graph and replay() are left out. Prefill and mixed steps never come here."""
 
-    def __init__(self, model: torch.nn.Module, caches: list[PagedCache], max_num_seqs: int, max_blocks: int,
+    def __init__(self, forward: Callable, caches: list[PagedCache], max_num_seqs: int, max_blocks: int,
                  pad_slot: int, block_size: int, device: torch.device, capture: bool):
-        self.model, self.caches = model, caches
+        """forward(token_ids, caches, positions, logits_at) -> logits (1, R, V): the model runner's forward pass."""
+        self.model_forward, self.caches = forward, caches
         self.sizes = graph_batch_sizes(max_num_seqs)
         self.buffers = DecodeBuffers(self.sizes[-1], max_blocks, pad_slot, block_size, device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -99,8 +101,7 @@ class DecodeGraphs:
         step = self.buffers.step(batch_size)
         for cache in self.caches:
             cache.step = step
-        return self.model(step.token_ids, None, self.caches, positions=step.positions,
-                          logits_at=step.logits_at)[0]
+        return self.model_forward(step.token_ids, self.caches, step.positions, step.logits_at)[0]
 
     @torch.no_grad()
     def capture(self) -> None:

@@ -118,15 +118,29 @@ class ModelRunner:
         self.caches = new_paged_caches(self.config, num_blocks + int(cuda_graphs), block_size, weight.dtype,
                                        self.device, kernel, validate, self.prefill_kernel)
         self.staging = HostStaging(self.device)      # the step metadata's host buffers, kept from step to step
+        self.model_forward = self.choose_forward(model, kernel, self.prefill_kernel)
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-self.config.max_seq_len // block_size)
-            self.graphs = DecodeGraphs(model, self.caches, max_num_seqs, max_blocks, num_blocks * block_size,
+            self.graphs = DecodeGraphs(self.model_forward, self.caches, max_num_seqs, max_blocks, num_blocks * block_size,
                                        block_size, self.device, capture=self.device.type == "cuda")
 
     @property
     def nbytes(self) -> int:
         return sum(cache.nbytes for cache in self.caches)
+
+    @staticmethod
+    def choose_forward(model: LanguageModel, decode_kernel: Callable | None,
+                       prefill_kernel: Callable | None) -> Callable:
+        """forward(token_ids, caches, positions, logits_at) -> logits (1, R, V) for a packed step: on the kernels, a
+        Llama of chapter 7's modules runs chapter 10's FusedLlamaForward (fused norms and rotary: about a third of
+        the kernels a layer); any other model, or torch's attention, runs the model's own forward."""
+        if decode_kernel is not None and prefill_kernel is not None:
+            from attnlab.kernels.fused import FusedLlamaForward
+            if FusedLlamaForward.supports(model):
+                return FusedLlamaForward(model)
+        return lambda token_ids, caches, positions, logits_at: model(token_ids, None, caches, positions=positions,
+                                                                     logits_at=logits_at)
 
     def run(self, batch: SchedulerOutput) -> dict[int, int]:
         """One step on the device, waited for: {sequence id: its new token}."""
@@ -167,7 +181,7 @@ class ModelRunner:
             return self.graphs.run(step).float()
         for cache in self.caches:
             cache.step = step
-        logits = self.model(step.token_ids, None, self.caches, positions=step.positions, logits_at=step.logits_at)
+        logits = self.model_forward(step.token_ids, self.caches, step.positions, step.logits_at)
         return logits[0].float()
 
     def sample(self, batch: SchedulerOutput, logits: torch.Tensor) -> LaunchedStep:
