@@ -32,8 +32,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnlab.kernels.paged_decode import paged_decode
-from attnlab.kernels.paged_mla import MLA_BLOCK_H, mla_tile, paged_mla_decode
-from attnlab.kernels.split_kv import decode_plan, gqa_tile, paged_decode_split
+from attnlab.kernels.paged_mla import MLA_BLOCK_H, MLA_RESIDENT, mla_tile, paged_mla_decode
+from attnlab.kernels.split_kv import GQA_RESIDENT, decode_plan, gqa_tile, paged_decode_split
 from attnlab.serving.paged_kv import gather_paged, paged_attention
 
 # HBM peaks by device name, the more specific names first (an H100 PCIe card has less than an SXM one).
@@ -218,7 +218,7 @@ def bench_gqa(device, dtype, quick: bool) -> list[str]:
         (k_pool, v_pool), tables, lens = paged_batch(batch, context, n_kv_heads, (d, d), block_size, dtype, device)
         q = torch.randn(batch, n_kv_heads * group, d, device=device).to(dtype)
         kv_bytes = 2 * batch * context * n_kv_heads * d * k_pool.element_size()
-        plan = decode_plan(batch * n_kv_heads, tables.shape[1] * block_size, gqa_tile(d))
+        plan = decode_plan(batch * n_kv_heads, tables.shape[1] * block_size, gqa_tile(d), resident=GQA_RESIDENT[d])
         config, t = fastest(lambda **options: paged_decode_split(q, k_pool, v_pool, tables, lens, check_lengths=False,
                                                                  **options), device)
         t_one = seconds(lambda: paged_decode(q, k_pool, v_pool, tables, lens, check_lengths=False), device)
@@ -262,7 +262,8 @@ def bench_mla(device, dtype, quick: bool) -> list[str]:
         q_rope = torch.randn(batch, n_heads, d_r, device=device).to(dtype) / 8
         latent_bytes = batch * context * (d_c + d_r) * c_pool.element_size()
         flops = batch * context * n_heads * (2 * (d_c + d_r) + 2 * d_c)
-        plan = decode_plan(batch * -(-n_heads // MLA_BLOCK_H), tables.shape[1] * block_size, mla_tile(dtype))
+        plan = decode_plan(batch * -(-n_heads // MLA_BLOCK_H), tables.shape[1] * block_size, mla_tile(dtype),
+                           num_warps=8, resident=MLA_RESIDENT)
         config, t = fastest(lambda **options: paged_mla_decode(q_latent, q_rope, c_pool, r_pool, tables, lens, 0.07,
                                                                check_lengths=False, **options), device)
         c_kv, k_rope = contiguous(c_pool, tables, lens)[:, 0], contiguous(r_pool, tables, lens)[:, 0]

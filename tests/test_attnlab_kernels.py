@@ -81,8 +81,9 @@ def test_paged_decode_in_bf16_is_within_bf16_error_of_float32():
     z = paged_decode(q, k_pool, v_pool, tables, lens_t)
     assert z.dtype == torch.bfloat16
     want = paged_attention(q[:, :, None].float(), k_pool.float(), v_pool.float(), tables, lens_t)[:, :, 0]
-    # bf16 keeps 8 significant bits: the output's one rounding is at most 2^-8 of its magnitude, under 1 here
-    torch.testing.assert_close(z.float(), want, rtol=2 ** -8, atol=2 ** -8)
+    # bf16 keeps 8 significant bits, and the kernel's store rounds its float32 output once: to nearest on a GPU
+    # (within 2^-8 of its magnitude); Triton's interpreter, which runs this test, truncates (within 2^-7)
+    torch.testing.assert_close(z.float(), want, rtol=2 ** -7, atol=2 ** -8)
 
 
 def test_paged_decode_reads_blocks_past_element_2_to_the_31():
@@ -500,7 +501,8 @@ def test_paged_decode_split_in_bf16_is_within_bf16_error_of_float32():
     z = paged_decode_split(q, k_pool, v_pool, with_table_tail(tables), lens_t, num_splits=4)
     assert z.dtype == torch.bfloat16
     want = paged_attention(q[:, :, None].float(), k_pool.float(), v_pool.float(), tables, lens_t)[:, :, 0]
-    torch.testing.assert_close(z.float(), want, rtol=2 ** -8, atol=2 ** -8)
+    # one rounding to bf16, in the merge's store: within 2^-7 of the magnitude in the interpreter, which truncates
+    torch.testing.assert_close(z.float(), want, rtol=2 ** -7, atol=2 ** -8)
 
 
 @pytest.mark.parametrize("num_splits,block_size,n_heads", [(1, 64, 16), (3, 16, 128), (8, 128, 70), (5, 32, 64)])

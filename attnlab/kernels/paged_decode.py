@@ -85,13 +85,16 @@ def _check_pools(name: str, pools: list[torch.Tensor], block_tables: torch.Tenso
                              f"(max_blocks * block_size), got {lo}..{hi}")
 
 
-def _output(out: torch.Tensor | None, shape: tuple[int, int, int], device: torch.device) -> torch.Tensor:
-    """Where a kernel writes: `out` checked, or a new float32 (B, H, D) whose rows are followed by SPARE_ROWS spare ones,
-    so that a kernel storing its tile's padding rows spoils nothing (the tests check those spare rows)."""
+def _output(out: torch.Tensor | None, shape: tuple[int, int, int], dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """Where a kernel writes, in the query's dtype (its store rounds the float32 result: no separate cast): `out`
+    checked, or a new (B, H, D) whose rows are followed by SPARE_ROWS spare ones, so that a kernel storing its
+    tile's padding rows spoils nothing (the tests check those spare rows)."""
     if out is None:
-        return torch.empty(shape[0], shape[1] + SPARE_ROWS, shape[2], dtype=torch.float32, device=device)[:, :shape[1]]
-    if tuple(out.shape) != shape or out.dtype != torch.float32 or out.stride(-1) != 1 or out.device != device:
-        raise ValueError(f"out must be float32 {shape} with a contiguous last dimension on {device}, got "
+        return torch.empty(shape[0], shape[1] + SPARE_ROWS, shape[2], dtype=dtype, device=device)[:, :shape[1]]
+    if tuple(out.shape) != shape or out.dtype != dtype or out.stride(-1) != 1 or out.device != device:
+        raise ValueError(f"out must be {dtype} {shape} (the queries' dtype) with a contiguous last dimension on "
+                         f"{device}, got "
                          f"{out.dtype} {tuple(out.shape)} with strides {out.stride()} on {out.device}")
     return out
 
@@ -104,7 +107,7 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, bl
     q: (B, H, D), each sequence's newest query, whose own key is already in the pool; k_pool, v_pool:
     (num_blocks, block_size, H_kv, D); block_tables: (B, max_blocks), row b's first ceil(len_b / block_size)
     entries used; context_lens: (B,) >= 1. Returns (B, H, D) in q's dtype; scale defaults to 1 / sqrt(D).
-    out: a float32 (B, H, D) to write into (the tests pass a view with guard rows after it).
+    out: a (B, H, D) of q's dtype to write into (the tests pass a view with guard rows after it).
     launch_options (num_warps, num_stages) go to Triton on a GPU; the interpreter ignores them."""
     if q.dim() != 3 or k_pool.shape != v_pool.shape:
         raise ValueError(f"need q (B, H, D) and k_pool, v_pool alike (num_blocks, block_size, H_kv, D), got "
@@ -121,7 +124,7 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, bl
     _check_pools("paged_decode", [k_pool, v_pool], block_tables, context_lens, batch, q.device, check_lengths)
     group = n_heads // n_kv_heads
     q = q.contiguous()
-    out = _output(out, (batch, n_heads, d_head), q.device)
+    out = _output(out, (batch, n_heads, d_head), q.dtype, q.device)
     tables = block_tables.to(device=q.device, dtype=torch.int32).contiguous()   # vLLM's dtype: widen in the kernel
     lens = context_lens.to(device=q.device, dtype=torch.int32).contiguous()
     launch(
@@ -131,13 +134,13 @@ def paged_decode(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, bl
         GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), BLOCK_SIZE=block_size, D_HEAD=d_head,
         DOT_PRECISION=dot_precision(k_pool.dtype),
         **launch_options)
-    return out.to(q.dtype)
+    return out
 
 
 def compile_paged_decode(variants: list[tuple[int, int, int]], pool_dtype: str = "bf16") -> list[HopperBinary]:
     """paged_decode_kernel compiled for Hopper, once per (group, block_size, d_head) (see compile_for_hopper)."""
     signature = {name: "i32" for name in paged_decode_kernel.arg_names if name.startswith("stride")}
-    signature.update({"out_ptr": "*fp32", "q_ptr": f"*{pool_dtype}", "k_pool_ptr": f"*{pool_dtype}",
+    signature.update({"out_ptr": f"*{pool_dtype}", "q_ptr": f"*{pool_dtype}", "k_pool_ptr": f"*{pool_dtype}",
                       "v_pool_ptr": f"*{pool_dtype}", "block_tables_ptr": "*i32", "context_lens_ptr": "*i32",
                       "scale": "fp32"})
     constexprs = [{"GROUP": group, "GROUP_PAD": max(16, triton.next_power_of_2(group)), "BLOCK_SIZE": block_size,

@@ -86,7 +86,7 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
     block_size, 1, d_c) and k_rope_pool: (num_blocks, block_size, 1, d_r), possibly views of one
     (num_blocks, block_size, 1, d_c + d_r) buffer; block_tables (B, max_blocks); context_lens (B,) >= 1.
     Returns (B, H, d_c) in q_latent's dtype: each head's softmax-weighted latent, for W_UV to expand.
-    out: a float32 (B, H, d_c) to write into; launch_options (num_warps, num_stages) go to Triton on a GPU."""
+    out: a (B, H, d_c) of q_latent's dtype to write into; launch_options (num_warps, num_stages) go to Triton on a GPU."""
     if q_latent.dim() != 3 or q_rope.shape[:2] != q_latent.shape[:2]:
         raise ValueError(f"need q_latent (B, H, d_c) and q_rope (B, H, d_r), got {tuple(q_latent.shape)} and "
                          f"{tuple(q_rope.shape)}")
@@ -110,7 +110,7 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     q_latent, q_rope = q_latent.contiguous(), q_rope.contiguous()
-    out = _output(out, (batch, n_heads, d_c), q_latent.device)
+    out = _output(out, (batch, n_heads, d_c), q_latent.dtype, q_latent.device)
     part_out, part_lse = split_buffers(out, num_splits)
     tables = block_tables.to(device=q_latent.device, dtype=torch.int32).contiguous()
     lens = context_lens.to(device=q_latent.device, dtype=torch.int32).contiguous()
@@ -125,7 +125,7 @@ def paged_mla_decode(q_latent: torch.Tensor, q_rope: torch.Tensor, c_kv_pool: to
            **options)
     if num_splits > 1:
         combine_splits(out, part_out, part_lse)
-    return out.to(q_latent.dtype)
+    return out
 
 
 def mla_tile(pool_dtype: torch.dtype | str) -> int:

@@ -81,7 +81,7 @@ def paged_decode_split_kernel(part_out_ptr, part_lse_ptr, q_ptr, k_pool_ptr, v_p
 def combine_splits_kernel(out_ptr, part_out_ptr, part_lse_ptr, stride_ob, stride_oh, stride_pb, stride_ph,
                           stride_ps, stride_lb, stride_lh, NUM_SPLITS: tl.constexpr, SPLITS_PAD: tl.constexpr,
                           D: tl.constexpr):
-    # Program (b, h): out[b, h] (D,) float32 from part_out[b, h] (NUM_SPLITS, D) and part_lse[b, h] (NUM_SPLITS,),
+    # Program (b, h): out[b, h] (D,), out's dtype, from part_out[b, h] (NUM_SPLITS, D) and part_lse[b, h] (NUM_SPLITS,),
     # the splits' normalised outputs and log-sum-exps. Rows NUM_SPLITS .. SPLITS_PAD - 1 of the tile are padding.
     b = tl.program_id(0)
     h = tl.program_id(1)
@@ -152,7 +152,8 @@ def operand_type(pool_dtype: torch.dtype | str, interpreted: bool = INTERPRETED)
 
 
 def combine_splits(out: torch.Tensor, part_out: torch.Tensor, part_lse: torch.Tensor) -> None:
-    """out (B, H, D) float32 = the merge of part_out (B, H, S, D) by part_lse (B, H, S), with combine_splits_kernel."""
+    """out (B, H, D), the queries' dtype, = the merge of part_out (B, H, S, D) float32 by part_lse (B, H, S), with
+    combine_splits_kernel, which rounds once, as it stores."""
     batch, n_heads, num_splits, dim = part_out.shape
     launch(combine_splits_kernel, (batch, n_heads), out, part_out, part_lse, out.stride(0), out.stride(1),
            part_out.stride(0), part_out.stride(1), part_out.stride(2), part_lse.stride(0), part_lse.stride(1),
@@ -195,7 +196,7 @@ def paged_decode_split(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tens
     if not 1 <= num_splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in 1..{MAX_SPLITS}, got {num_splits}")
     q = q.contiguous()
-    out = _output(out, (batch, n_heads, d_head), q.device)
+    out = _output(out, (batch, n_heads, d_head), q.dtype, q.device)
     part_out, part_lse = split_buffers(out, num_splits)
     tables = block_tables.to(device=q.device, dtype=torch.int32).contiguous()
     lens = context_lens.to(device=q.device, dtype=torch.int32).contiguous()
@@ -210,7 +211,7 @@ def paged_decode_split(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tens
            OPERAND=operand_type(k_pool.dtype), DOT_PRECISION=dot_precision(k_pool.dtype), **options)
     if num_splits > 1:
         combine_splits(out, part_out, part_lse)
-    return out.to(q.dtype)
+    return out
 
 
 def gqa_tile(d_head: int) -> int:

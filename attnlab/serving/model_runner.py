@@ -122,7 +122,8 @@ class ModelRunner:
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-self.config.max_seq_len // block_size)
-            self.graphs = DecodeGraphs(self.model_forward, self.caches, max_num_seqs, max_blocks, num_blocks * block_size,
+            self.graphs = DecodeGraphs(self.model_forward, self.caches, max_num_seqs, max_blocks,
+                                       num_blocks * block_size,
                                        block_size, self.device, capture=self.device.type == "cuda")
 
     @property
