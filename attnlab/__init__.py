@@ -95,8 +95,8 @@ Modules, by role; after each, what it holds and (in brackets) the chapter that w
     attnlab.serving.model_runner
         LaunchedStep, ModelRunner, choose_decode_kernel, choose_prefill_kernel, new_paged_caches [9]
     attnlab.serving.paged_cache
-        HostStaging, NUMPY_DTYPES, PagedCache, PagedLatentCache, PrefillChunk, StepMetadata,
-        build_step, host_tensor, padded_tables, to_device [9]
+        HostStaging, NUMPY_DTYPES, PaddedChunks, PagedCache, PagedLatentCache, PrefillChunk,
+        StepMetadata, build_step, host_tensor, padded_tables, to_device [9]
     attnlab.serving.paged_kv
         write_paged, gather_paged, paged_attention [9]
     attnlab.serving.prefix_cache

@@ -187,6 +187,61 @@ def test_gathered_keys_are_the_pools_rows_and_zeros_where_a_decode_has_none():
         assert (rows[b, :, n:] == 0).all(), f"decode {b}: the places past its {n} keys must be zeros"
 
 
+@pytest.mark.parametrize("absorb", [False, True])
+def test_mla_prefill_attends_for_all_of_a_steps_chunks_in_one_call_as_each_sequence_alone(absorb):
+    """PagedLatentCache's prefill: one attention call for every chunk of a step (padded into one batch), equal to
+    each sequence attending alone to its contiguous latents with a causal mask. The step mixes two decodes with
+    chunks from position 0, after a cached prefix, of one token more than a block, and of two tokens; every slot
+    outside the sequences' tokens holds NaN, which a masked place must not carry into the output (through a 0
+    weight of the values)."""
+    from attnlab.layers.latent_attention import absorbed_latent_attention, naive_latent_attention
+    from attnlab.serving.paged_cache import PagedLatentCache
+
+    attend = absorbed_latent_attention if absorb else naive_latent_attention
+    block_size, n_heads, d_nope, d_rope, d_c, d_v = 4, 3, 8, 4, 16, 6
+    work = [(9, 1), (2, 1), (0, 11), (6, 5), (13, 2)]            # (tokens already cached, tokens this step)
+    num_blocks = sum(-(-(o + n) // block_size) for o, n in work) + 3
+    # Block 0 is never given out: the places past a context read slot 0 before they are zeroed, so it holds NaN.
+    order = (torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(1)) + 1).tolist()
+    c_pool = torch.full((num_blocks, block_size, 1, d_c), float("nan"))
+    r_pool = torch.full((num_blocks, block_size, 1, d_rope), float("nan"))
+    seqs, contexts = [], []
+    for i, (offset, size) in enumerate(work):
+        seq = Sequence(i, list(range(1, offset + size + 1)), SamplingParams())
+        seq.block_table = [order.pop() for _ in range(-(-(offset + size) // block_size))]
+        seq.num_computed, seq.num_scheduled = offset, size
+        slots = torch.tensor([seq.block_table[p // block_size] * block_size + p % block_size for p in range(offset)])
+        latents, rotary = torch.randn(offset + size, 1, d_c), torch.randn(offset + size, 1, d_rope)
+        if offset:                                               # the cached prefix is in the pool already
+            c_pool.view(-1, 1, d_c)[slots], r_pool.view(-1, 1, d_rope)[slots] = latents[:offset], rotary[:offset]
+        seqs.append(seq)
+        contexts.append((latents, rotary))
+    n = sum(size for _, size in work)
+    q_nope, q_rope = torch.randn(1, n_heads, n, d_nope), torch.randn(1, n_heads, n, d_rope)
+    new_c = torch.cat([c[o:] for (c, _), (o, _) in zip(contexts, work)]).transpose(0, 1)[None]     # (1, 1, n, d_c)
+    new_r = torch.cat([r[o:] for (_, r), (o, _) in zip(contexts, work)]).transpose(0, 1)[None]
+    w_ukv = torch.randn(n_heads * (d_nope + d_v), d_c) / d_c ** 0.5
+    calls = []
+
+    def counted(*args):
+        calls.append(args[0].shape)
+        return attend(*args)
+
+    cache = PagedLatentCache(c_pool, r_pool)
+    cache.step = build_step(seqs, block_size, torch.device("cpu"), gather_chunks=False)
+    got = cache.attend(q_nope, q_rope, new_c, new_r, w_ukv, d_v, None, counted)                    # (1, H, n, d_v)
+    assert len(calls) == 2, f"one call for the decodes and one for all three chunks, got {len(calls)}: {calls}"
+    assert not got.isnan().any()
+    start = 0
+    for (offset, size), (latents, rotary) in zip(work, contexts):
+        window = slice(start, start + size)
+        causal = torch.arange(offset + size)[None, :] <= torch.arange(offset, offset + size)[:, None]
+        want = attend(q_nope[:, :, window], q_rope[:, :, window], latents.transpose(0, 1)[None],
+                      rotary.transpose(0, 1)[None], w_ukv, d_v, causal)
+        torch.testing.assert_close(got[:, :, window], want, rtol=1e-5, atol=1e-5)
+        start += size
+
+
 def test_build_step_refuses_a_decode_after_a_prefill_chunk_and_a_position_past_the_table():
     """The kernels and the layers read a step's decodes as its first num_decodes tokens: a single-token sequence
     after a prefill chunk would be read as part of that chunk, so build_step says so instead of attending wrongly."""

@@ -69,7 +69,8 @@ def choose_prefill_kernel(choice: str | Callable, config, decode_kernel: Callabl
                           validate: bool = False) -> Callable | None:
     """How prefill chunks attend: chapter 10's paged_prefill, every chunk of a step in one launch on the pool,
     whenever the decodes use the kernels; torch's attention on each chunk's gathered keys otherwise. MLA's chunks
-    stay with torch (its prefill attends with decompressed keys, as DeepSeek's does, and FlashMLA decodes only).
+    stay with torch, all of a step's in one call (PagedLatentCache): its prefill attends with decompressed keys,
+    as DeepSeek's does, and FlashMLA decodes only.
     A lone decode kernel (a callable) keeps torch's prefill; a pair gives its second as the prefill kernel."""
     if isinstance(choice, tuple):
         return choice[1]
@@ -173,7 +174,8 @@ class ModelRunner:
         if not batch.seqs:
             return torch.empty(0, self.config.vocab_size, device=self.device)
         step = build_step(batch.seqs, self.block_size, self.device, gather_decodes=self.attention == "torch",
-                          gather_chunks=self.prefill_kernel is None, staging=self.staging)
+                          gather_chunks=self.prefill_kernel is None and not self.config.cache_shapes.latent,
+                          staging=self.staging)
         pending = [(row, seq.seq_id) for row, seq in enumerate(batch.seqs[:step.num_decodes])
                    if seq.token_ids[seq.num_computed] == PLACEHOLDER]
         if pending:                          # inputs the previous step drew: copied on the device, never read back

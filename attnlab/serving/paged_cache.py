@@ -3,6 +3,7 @@
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 import torch
@@ -107,6 +108,15 @@ class StepMetadata:
     prefill_starts: torch.Tensor      # (num_chunks + 1,) int32: chunk c is prefill tokens [c] .. [c + 1] - 1
     prefill_lens: torch.Tensor        # (num_chunks,) int32: its sequence's tokens, the chunk's own included
     max_chunk_len: int                # the longest chunk: sizes the prefill kernel's grid without a read-back
+    max_prefill_len: int = 0          # the longest of the chunks' contexts (prefill_lens' largest), on the host
+    _padded: "PaddedChunks | None" = field(default=None, repr=False)
+
+    def padded_chunks(self, block_size: int) -> "PaddedChunks":
+        """The step's chunks as one padded batch (PaddedChunks): built by the first layer that asks, on the device
+        and without a read-back, and kept for the other layers."""
+        if self._padded is None:
+            self._padded = PaddedChunks.of(self, block_size)
+        return self._padded
 
     def gather_decodes(self, pool: torch.Tensor) -> torch.Tensor:
         """pool (num_blocks, block_size, H, D) -> the decodes' keys (or values), (num_decodes, H, S, D), zeros
@@ -195,7 +205,55 @@ def build_step(seqs: list[Sequence], block_size: int, device: torch.device, gath
         context_lens=lens_d, read_slots=read_slots, read_mask=read_mask, read_unused=read_unused, chunks=chunks,
         logits_at=last_d, prefill_tables=chunk_tables_d.view(len(chunks), max_chunk_blocks),
         prefill_starts=chunk_starts_d, prefill_lens=chunk_lens_d,
-        max_chunk_len=max((c.end - c.start for c in chunks), default=0))
+        max_chunk_len=max((c.end - c.start for c in chunks), default=0), max_prefill_len=max(chunk_lens, default=0))
+
+
+@dataclass
+class PaddedChunks:
+    """A step's C prefill chunks as one padded batch, so that torch's attention serves all of them in one call, as
+    read_slots serve all the decodes (MLA's prefill; chapter 10's kernel needs no padding). Chunk c is batch row c:
+    its queries padded to the longest chunk, Tq, and its context's keys to the longest context, S. A padded query
+    repeats its chunk's last one, so that no row of the mask is empty (an empty row's softmax is 0 / 0); its
+    output is dropped."""
+
+    q_rows: torch.Tensor          # (C * Tq,) int64: the prefill token each padded query is
+    z_rows: torch.Tensor          # (N_prefill,) int64: each prefill token's padded row, in the step's order
+    read_slots: torch.Tensor      # (C * S,) int64: each chunk's context, slot by slot; 0 past its end
+    unused: torch.Tensor          # (C * S,) bool: the places past a chunk's context, read as zeros
+    mask: torch.Tensor            # (C, 1, Tq, S) bool: causal from each chunk's offset in its sequence
+
+    @classmethod
+    def of(cls, step: StepMetadata, block_size: int) -> "PaddedChunks":
+        starts, lens = step.prefill_starts.long(), step.prefill_lens.long()        # (C + 1,), (C,)
+        chunk_lens, device = starts.diff(), starts.device                         # (C,)
+        tq, s, n = step.max_chunk_len, step.max_prefill_len, int(step.token_ids.shape[1]) - step.num_decodes
+        row = torch.minimum(torch.arange(tq, device=device), chunk_lens[:, None] - 1)              # (C, Tq)
+        chunk = torch.repeat_interleave(torch.arange(len(lens), device=device), chunk_lens, output_size=n)
+        z_rows = chunk * tq + torch.arange(n, device=device) - starts[chunk]                       # (N_prefill,)
+        position = torch.arange(s, device=device)                                                  # (S,)
+        # A chunk's first query sits at lens - chunk_lens in its sequence; query i sees that offset + i and before.
+        mask = position <= (lens - chunk_lens)[:, None, None] + row[:, :, None]                    # (C, Tq, S)
+        unused = position >= lens[:, None]                                                         # (C, S)
+        blocks = step.prefill_tables.long()[:, position // block_size]          # (C, S): -1 past a chunk's table
+        slots = (blocks * block_size + position % block_size).masked_fill(unused, 0)
+        return cls((starts[:-1, None] + row).view(-1), z_rows, slots.view(-1), unused.view(-1), mask[:, None])
+
+    def queries(self, x: torch.Tensor) -> torch.Tensor:
+        """x (H, N_prefill, D), the step's prefill tokens -> (C, H, Tq, D)."""
+        c, _, tq, _ = self.mask.shape
+        return x.index_select(1, self.q_rows).view(x.shape[0], c, tq, -1).transpose(0, 1)
+
+    def gather(self, pool: torch.Tensor) -> torch.Tensor:
+        """pool (num_blocks, block_size, H, D) -> each chunk's context, (C, H, S, D), zeros past its end: a stale or
+        non-finite number there could not reach attention even through a 0 weight."""
+        c, _, _, s = self.mask.shape
+        rows = pool.view(-1, *pool.shape[2:]).index_select(0, self.read_slots)         # (C * S, H, D)
+        return rows.masked_fill(self.unused[:, None, None], 0).view(c, s, *pool.shape[2:]).transpose(1, 2)
+
+    def unpad(self, z: torch.Tensor) -> torch.Tensor:
+        """z (C, H, Tq, D) -> (H, N_prefill, D): the real queries' outputs, in the step's order."""
+        c, h, tq, d = z.shape
+        return z.transpose(0, 1).reshape(h, c * tq, d).index_select(1, self.z_rows)
 
 
 def padded_tables(tables: list[list[int]]) -> tuple[list[int], int]:
@@ -274,7 +332,9 @@ class PagedCache:
 class PagedLatentCache(PagedCache):
     """MLA's paged cache (chapter 8): the latent c_KV in the keys' pool, (num_blocks, block_size, 1, d_c), and
     the rotary key k^R in the values', (num_blocks, block_size, n_rope_heads, d_h^R). decode_kernel: chapter
-    10's paged_mla_decode, which takes absorbed queries."""
+    10's paged_mla_decode, which takes absorbed queries. The prefill chunks attend with torch in one call per
+    layer, padded into one batch (PaddedChunks): DeepSeek's prefill, like this one, decompresses the latents
+    (chapter 8's naive form is the cheaper one for many queries), and FlashMLA is a decode kernel."""
 
     def attend(self, q_nope: torch.Tensor, q_rope: torch.Tensor, c_kv: torch.Tensor, k_rope: torch.Tensor,
                w_ukv: torch.Tensor, v_head_dim: int, mask: torch.Tensor | None, attention_fn: Callable) -> torch.Tensor:
@@ -291,11 +351,12 @@ class PagedLatentCache(PagedCache):
                 z = attention_fn(nope[:, :, None], rope[:, :, None], latents, rotary, w_ukv, v_head_dim,
                                  step.read_mask)[:, :, 0]
             parts.append(z.transpose(0, 1))                                         # (H, num_decodes, d_v)
-        for chunk in step.chunks:
-            window = slice(chunk.start, chunk.end)
-            z = attention_fn(q_nope[:, :, window], q_rope[:, :, window], chunk.gather(self.k_pool),
-                             chunk.gather(self.v_pool), w_ukv, v_head_dim, chunk.mask)
-            parts.append(z[0])
+        if step.chunks:                                  # every chunk of the step in one call
+            padded = step.padded_chunks(self.k_pool.shape[1])
+            nope, rope = (padded.queries(x[0, :, step.num_decodes:]) for x in (q_nope, q_rope))  # (C, H, Tq, d)
+            z = attention_fn(nope, rope, padded.gather(self.k_pool), padded.gather(self.v_pool), w_ukv, v_head_dim,
+                             padded.mask)
+            parts.append(padded.unpad(z))                                           # (H, N_prefill, d_v)
         return torch.cat(parts, dim=1)[None]
 
     def _absorbed_decode(self, q_nope: torch.Tensor, q_rope: torch.Tensor, w_ukv: torch.Tensor,
