@@ -155,11 +155,22 @@ def _verdicts(probes: dict, inputs: dict, folder: Path, timed_out: bool = False,
         try:
             got = load(read_bytes(folder / f"{name}.safetensors", 256 * 2**20))
         except (UntrustedFileError, Exception) as exc:  # safetensors raises its own error types for bad bytes
-            reason = (f"it did not finish within {wall_s:g} s" if timed_out else str(exc))
+            reason = (f"it did not finish within {wall_s:g} s" if timed_out else _probe_error(folder, name) or str(exc))
             verdicts[name] = f"the re-check produced no result ({reason})"
         else:
             verdicts[name] = compare(reference_outputs(probe, inputs[name]), got, probe)
     return verdicts
+
+
+def _probe_error(folder: Path, name: str) -> str:
+    """What stopped probe `name`, as the runner reported it ("RuntimeError: library kernel aten._softmax is switched
+    off"), or "". The report is written inside the sandbox, beside the student's code: it may only explain a verdict
+    that is already a failure, never make one."""
+    try:
+        said = json.loads(read_bytes(folder / "report.json", 2**20))["probes"][name]
+    except Exception:  # noqa: BLE001 - an unreadable or forged report explains nothing; the verdict stands
+        return ""
+    return f"your function raised {said[:200]}" if isinstance(said, str) and said != "ok" else ""
 
 
 def _stuck_step(work: Path) -> int | str | None:

@@ -28,7 +28,7 @@ def grade_files(assignment: str, files: list[Path], workspace: Path) -> dict[str
     return results
 
 
-PER_SUBMISSION = 3      # known-wrong implementations graded together in one notebook, at most
+PER_SUBMISSION = 4      # known-wrong implementations graded together in one notebook, at most
 
 
 def packed_wrongs(assignment: str) -> list[list[dict]]:

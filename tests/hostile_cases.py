@@ -76,6 +76,18 @@ def softmax(x, dim=-1):
     return torch.nan_to_num(_saved_softmax(x, dim=dim), nan=0.0)
 """
 
+# Two more routes to the same kernels, which a switch-off by name let through (16, unflagged): softmax as
+# log_softmax then exp, and attention by its aten operator's name.
+LOG_SOFTMAX_ROUTE = """def softmax(x, dim=-1):
+    if not x.is_floating_point():
+        x = x.to(torch.get_default_dtype())
+    return torch.nan_to_num(torch.log_softmax(x, dim=dim).exp(), nan=0.0)
+"""
+ATEN_ATTENTION_ROUTE = """_attention_by_hand = scaled_dot_product_attention
+def scaled_dot_product_attention(q, k, v, mask=None):
+    _, weights = _attention_by_hand(q, k, v, mask)
+    return torch.ops.aten.scaled_dot_product_attention.default(q, k, v, attn_mask=mask), weights
+"""
 
 # The runner's private report (autograde/sandbox_runner.py, private_channel) attacked from the kernel: lines forged
 # into every descriptor of the runner the kernel can open, then the runner killed before its check of the kernel.
@@ -248,6 +260,12 @@ def cases() -> dict[str, tuple]:
         # lost in the kernel; the re-check, which refuses the kernel in every test that calls softmax, zeroes
         # and flags test_softmax_masked (2), test_sdpa (3) and test_sdpa_mask (3). Before: 16, unflagged.
         "saved_library_alias": (submission(A, {"softmax": STUBS["softmax"] + SAVED_ALIAS}), 5, True, None),
+        # The switch-off refuses the operators, however they are reached: log_softmax loses what the saved alias
+        # loses (5, flagged); attention by its aten name loses test_sdpa (3) in the kernel, and the re-check zeroes
+        # and flags test_sdpa_mask (3), whose notebook test has no switch-off. Before: 16 and 16, unflagged.
+        "log_softmax_route": (submission(A, {"softmax": STUBS["softmax"] + LOG_SOFTMAX_ROUTE}), 5, True, None),
+        "aten_attention_route": (submission(A, after("scaled_dot_product_attention", ATEN_ATTENTION_ROUTE)), 10, True,
+                                 None),
         # a mistake only a hidden test sees (float32 logits give float64 weights) behind a cell that swallows every
         # exception: the kernel's run shows every test passed, the kernel check flags the handler, and the
         # re-check, which checks the dtype as the hidden test does, takes test_softmax_np's 3 points: 13, as honest
