@@ -20,7 +20,7 @@ DECODING := env -u OMP_WAIT_POLICY
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve test test-fast lab refresh check sync export chat engine grade bench train clean student-release i18n-extract
+.PHONY: help system setup book serve test test-fast lab refresh check sync export run chat engine grade bench train clean student-release i18n-extract
 
 help:
 	@echo "make book     build the website into _build/html (runs the chapters' code)"
@@ -31,13 +31,14 @@ help:
 	@echo "make refresh  bring work/ up to date with changed releases, keeping your answers (LANG=zh|en switches)"
 	@echo "make check NB=ch01   run your notebook in work/ from the top, as the grader will, and list its checks"
 	@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
+	@echo "make run SCRIPT=your_script.py   your script on the course's Python, with your own attnlab (make export)"
 	@echo "make chat     chat with SmolLM2-135M-Instruct on attnlab (ATTNLAB=_student: on your own export)"
 	@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
 	@echo "make sync     regenerate attnlab/, exercises/ and exercises-zh/ from solutions/ and locales/ (instructors)"
 	@echo "make i18n-extract   update the Chinese catalogs in locales/zh_CN/ after an English edit (translators)"
 	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
-	@echo "make student-release UPTO=ch03   a copy for a graded class: chapters before UPTO, no answers"
+	@echo "make student-release UPTO=ch03   a copy for a graded class: chapters before UPTO, no answers (UPTO=all: every chapter)"
 	@echo "make train    retrain chapter 6's translator checkpoint (about two minutes on 2 cores), then sync"
 
 setup: $(STAMP)
@@ -117,6 +118,11 @@ check: $(STAMP)
 export: $(STAMP)
 	$(PY) -m coursekit.export
 
+# Your own script on the course's Python (torch and the rest) and your own attnlab (make export) before the course's.
+run: $(STAMP)
+	@test -n "$(SCRIPT)" || { echo "name your script: make run SCRIPT=your_script.py"; exit 2; }
+	PYTHONPATH=_student $(PY) -P $(SCRIPT)
+
 # ATTNLAB=_student runs the learner's own package (`make export`) instead of the course's reference code.
 chat: $(STAMP)
 	PYTHONPATH=$(ATTNLAB) $(DECODING) $(PY) -P -m attnlab.chat
@@ -139,7 +145,7 @@ train: $(STAMP)
 
 UPTO ?=
 student-release: $(STAMP)
-	@test -n "$(UPTO)" || { echo "name the first chapter not yet graded: make student-release UPTO=ch03"; exit 2; }
+	@test -n "$(UPTO)" || { echo "name the first chapter not yet graded: make student-release UPTO=ch03 (or UPTO=all)"; exit 2; }
 	@test -f _build/html/index.html || $(MAKE) book
 	$(PY) -m coursekit.student_release $(UPTO) --site _build/html
 

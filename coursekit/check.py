@@ -4,12 +4,14 @@
 
 This is JupyterLab's "Restart Kernel and Run All Cells" from a terminal: the kernel starts in the notebook's own
 folder and runs every cell in order. Your notebook is not changed (the run works on a copy in memory). It prints
-one line per graded test cell, passed or the first line of its message, and the exercises still unwritten; it
-exits with 1 when a test cell failed. The hidden tests run only when your notebook is graded.
+each graded test cell, passed or failed with the whole of its message (numpy's and torch's included), and "not
+written yet" where the test calls an exercise that still raises NotImplementedError; it exits with 1 when a test
+cell failed. The hidden tests run only when your notebook is graded.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -19,6 +21,21 @@ from coursekit.layout import REPO_ROOT
 from coursekit.workspace import WORK
 
 PASSED = "visible checks passed"
+NOT_WRITTEN = "not written yet"
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def trouble_of(error: dict) -> str:
+    """A test cell's error output -> what make check says of it: the exception's whole message, or "not written
+    yet (...)" for NotImplementedError, naming the unwritten function where the traceback shows it."""
+    if error.get("ename") == "NotImplementedError":
+        frames = re.findall(r"\bin (\w+)\(", ANSI.sub("", "\n".join(error.get("traceback", []))))
+        where = f"{frames[-1]} still raises NotImplementedError" if frames else "an exercise it calls still raises " \
+            "NotImplementedError"
+        return f"{NOT_WRITTEN} ({where}: write it, and delete the raise line)"
+    # numpy's assert_allclose starts its message with a newline: the whole message, not its first line
+    lines = [line.rstrip() for line in f"{error.get('ename', 'Error')}: {error.get('evalue', '')}".splitlines()]
+    return "\n".join(line for line in lines if line)
 
 
 def find_notebook(name: str, work: Path) -> Path:
@@ -39,7 +56,7 @@ def find_notebook(name: str, work: Path) -> Path:
 
 def run(notebook: Path, timeout: int = 600) -> list[tuple[str, str | None]]:
     """Every cell run in order in a fresh python3 kernel started in the notebook's folder; returns
-    (test cell's grade_id, None if it passed else its first line of trouble) for each graded test cell."""
+    (test cell's grade_id, None if it passed else its trouble: trouble_of's text) for each graded test cell."""
     from nbclient import NotebookClient
 
     nb = nbformat.read(notebook, as_version=4)
@@ -53,8 +70,7 @@ def run(notebook: Path, timeout: int = 600) -> list[tuple[str, str | None]]:
         errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
         text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
         if errors:
-            message = f"{errors[0].ename}: {errors[0].evalue}".strip().splitlines()
-            results.append((meta.get("grade_id", "?"), message[0] if message else errors[0].ename))
+            results.append((meta.get("grade_id", "?"), trouble_of(errors[0])))
         elif PASSED not in text:
             results.append((meta.get("grade_id", "?"), "the cell ran but did not say that its visible checks passed"))
         else:
@@ -72,9 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"running {notebook} from the top in a fresh kernel (your file is not changed)...", flush=True)
     results = run(notebook, args.timeout)
     for grade_id, trouble in results:
-        print(f"  {'passed' if trouble is None else 'FAILED'}  {grade_id}" + ("" if trouble is None else f": {trouble}"))
+        first, *more = (trouble or "").splitlines() or [""]
+        print(f"  {'passed' if trouble is None else 'FAILED'}  {grade_id}" + ("" if trouble is None else f": {first}"))
+        for line in more:                       # the rest of the message, under its test
+            print(f"          {line}")
     failed = sum(trouble is not None for _, trouble in results)
-    unwritten = sum(trouble is not None and trouble.startswith("NotImplementedError") for _, trouble in results)
+    unwritten = sum(trouble is not None and trouble.startswith(NOT_WRITTEN) for _, trouble in results)
     print(f"{len(results) - failed} of {len(results)} test cells passed their visible checks"
           + (f"; {unwritten} wait for exercises not written yet" if unwritten else "")
           + ". Hidden tests run when your notebook is graded.")

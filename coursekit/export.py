@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         print(f"wrote {path}")
-    print(f"\nUse it with:  PYTHONPATH={args.out} python -P your_script.py")
+    # The course's own interpreter, which has torch; the `python` of a fresh shell may not.
+    print(f"\nRun your code on it with:  make run SCRIPT=your_script.py\n"
+          f"or:  PYTHONPATH={args.out} {sys.executable} -P your_script.py")
     return 0
 
 

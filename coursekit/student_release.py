@@ -2,7 +2,8 @@
 
     python -m coursekit.student_release UPTO [--out _release]     (make student-release UPTO=ch03)
 
-UPTO is the first chapter the class has not been graded on yet (say ch03). The copy holds:
+UPTO is the first chapter the class has not been graded on yet (say ch03), or `all` at the end of a term: every
+chapter, with every chapter's reference code. The copy holds:
 - the website's pages of the chapters before UPTO whose code uses only those chapters' modules (chapter 2's
   page runs chapter 4's MiniLM, so it waits for UPTO=ch05), with the intro, and the exercise notebooks of
   every chapter up to UPTO (the releases, with no solutions and no hidden tests);
@@ -45,7 +46,7 @@ export OMP_WAIT_POLICY := PASSIVE
 export HF_HUB_OFFLINE := 1
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: help system setup book serve lab refresh check export chat engine bench train
+.PHONY: help system setup book serve lab refresh check export run chat engine bench train
 
 # ATTNLAB=_student runs your own package (`make export`) instead of this copy's reference code, as in the course.
 ATTNLAB ?=
@@ -57,6 +58,7 @@ help:
 \t@echo "make refresh  bring work/ up to date with a new copy of the course, keeping your answers"
 \t@echo "make check NB=ch01   run your notebook in work/ from the top, as the grader will, and list its checks"
 \t@echo "make export   build your own attnlab from your notebooks in work/ into _student/"
+\t@echo "make run SCRIPT=your_script.py   your script on this copy's Python, with your own attnlab (make export)"
 \t@echo "make chat     chat with SmolLM2-135M-Instruct (ATTNLAB=_student: on your own export; chapter 7 on)"
 \t@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
 
@@ -101,6 +103,11 @@ check: $(STAMP)
 export: $(STAMP)
 \t$(PY) -m coursekit.export
 
+# Your own script on this copy's Python (torch and the rest) and your own attnlab (make export) before the copy's.
+run: $(STAMP)
+\t@test -n "$(SCRIPT)" || { echo "name your script: make run SCRIPT=your_script.py"; exit 2; }
+\tPYTHONPATH=_student $(PY) -P $(SCRIPT)
+
 # Awake threads decode faster: these two run without the PASSIVE OpenMP policy the rest sets.
 # This copy's attnlab holds the chapters already graded: a later chapter's module comes from your own export.
 chat: $(STAMP)
@@ -142,7 +149,7 @@ make book      # build the pages this copy runs on its own into _build/html (Eng
 
 ```sh
 make lab            # JupyterLab on work/, your own copy of the exercises (made on first use; nothing overwrites it)
-make lab LANG=zh    # the same with the notebooks' instructions in Chinese (中文); make refresh LANG=en switches back
+make lab LANG=zh    # new notebooks in Chinese (中文); those already in work/ stay as they are: make refresh LANG=zh switches them
 make refresh        # after a new copy of the course: update the given cells in work/, keeping your answers
 ```
 
@@ -158,7 +165,7 @@ passed". Or from a terminal, which runs your notebook from the top in a fresh ke
 changing it:
 
 ```sh
-make check NB=ch03     # one line per test cell: passed, or the first line of its message
+make check NB=ch03     # each test cell: passed, or its whole message; "not written yet" for an unwritten exercise
 ```
 
 Then submit the `.ipynb` file in work/ as your instructor asks.
@@ -167,8 +174,12 @@ Then submit the `.ipynb` file in work/ as your instructor asks.
 
 ```sh
 make export                  # your own attnlab, from the notebooks in work/, into _student/attnlab
+make run SCRIPT=my_test.py   # your own script on your own attnlab, with this copy's Python
 make chat ATTNLAB=_student   # from chapter 7 on: chat with SmolLM2-135M-Instruct on your own code
 ```
+
+The copy's Python is `.venv/bin/python` (made by `make setup`): it has torch and everything the course uses, which
+the `python` of a fresh shell may not. `make run` and the other targets use it.
 
 The `attnlab` folder holds the course's reference code for the chapters you have been graded on, so that the
 exercises of the current chapter can build on it; `make setup` makes it importable from every notebook in work/.
@@ -238,11 +249,14 @@ def copy_site(site: Path, out: Path, upto: int) -> None:
 
 def write_release(upto_name: str, out: Path, root: Path = ROOT, site: Path | None = None) -> Path:
     names = [nb.parent.name for nb in chapter_notebooks(root)]
-    matches = [n for n in names if n == upto_name or n.startswith(upto_name + "_") or n[:4] == upto_name[:4]]
-    if not re.fullmatch(r"ch\d\d(_[a-z0-9_]+)?", upto_name) or not matches:
-        raise SystemExit(f"UPTO must name a chapter, such as ch03 or ch03_add_norm_ffn; the chapters are "
-                         f"{', '.join(names)}")
-    upto = chapter_number(matches[0])
+    if upto_name == "all":        # the end of a term: every chapter graded, every chapter's reference code given
+        upto, title = max(map(chapter_number, names)) + 1, f"{names[-1]}, every one of them graded (UPTO=all)"
+    else:
+        matches = [n for n in names if n == upto_name or n.startswith(upto_name + "_") or n[:4] == upto_name[:4]]
+        if not re.fullmatch(r"ch\d\d(_[a-z0-9_]+)?", upto_name) or not matches:
+            raise SystemExit(f"UPTO must name a chapter, such as ch03 or ch03_add_norm_ffn, or be all (every "
+                             f"chapter with its reference code); the chapters are {', '.join(names)}")
+        upto, title = chapter_number(matches[0]), matches[0]
     chapters = name_chapters(root)
     pages = [n for n in names if chapter_number(n) < upto and (root / "book" / f"{n}.md").is_file()
              and page_needs(root / "book" / f"{n}.md", chapters) < upto]
@@ -274,14 +288,14 @@ def write_release(upto_name: str, out: Path, root: Path = ROOT, site: Path | Non
     (out / "_toc.yml").write_text(_toc(pages, exercises))
     (out / "Makefile").write_text(MAKEFILE)
     (out / "README.md").write_text(README.format(
-        upto_title=matches[0], site_note=SITE_NOTE.format(last=upto) if site is not None else "", pages=", ".join(str(chapter_number(n)) for n in pages) or "none",
+        upto_title=title, site_note=SITE_NOTE.format(last=min(upto, max(map(chapter_number, names)))) if site is not None else "", pages=", ".join(str(chapter_number(n)) for n in pages) or "none",
         exercises=", ".join(str(chapter_number(n)) for n in exercises)))
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("upto", help="the first chapter not yet graded, e.g. ch03")
+    parser.add_argument("upto", help="the first chapter not yet graded, e.g. ch03; all: every chapter, graded")
     parser.add_argument("--out", type=Path, default=None, help="folder to write (default: _release/student-UPTO)")
     parser.add_argument("--site", type=Path, default=None, help="a built website of the full course (_build/html) "
                         "whose pages of chapters 1 to UPTO go into the copy's site/")

@@ -51,7 +51,7 @@ def ensure_work(root: Path, work: Path | None = None, log=print, language: str |
     language = language or recorded
     folder = RELEASES[language]
     exercises = Path(root) / folder
-    had_copies = any(work.glob("ch[0-9][0-9]_*/ch[0-9][0-9]_*.ipynb"))
+    other_language = _copies_not_in(work, language)       # before copying: the learner's own notebooks
     copied = []
     for source in sorted(exercises.rglob("*")):
         if not source.is_file() or ".ipynb_checkpoints" in source.parts:
@@ -67,9 +67,11 @@ def ensure_work(root: Path, work: Path | None = None, log=print, language: str |
             log(f"note: {_release_of(target, source, root).relative_to(root)} has changed since your copy in {WORK}/ was made. "
                 f"Your {WORK}/{rel} is kept as it is; `make refresh` brings its given cells and tests up to "
                 "date and keeps your answers (it saves the copy as it was first).")
-    if language != recorded and had_copies:
-        log(f"note: the notebooks already in {WORK}/ stay in the language they were copied in; "
-            f"`make refresh LANG={'zh' if language == 'zh_CN' else 'en'}` switches them and keeps your answers.")
+    if other_language:
+        names = {"zh_CN": "Chinese", "en": "English"}
+        log(f"note: new notebooks are copied in {names.get(language, language)}; the {len(other_language)} already in "
+            f"{WORK}/ ({', '.join(other_language)}) are yours and stay as they are, in the language they were copied "
+            f"in. `make refresh LANG={'zh' if language == 'zh_CN' else 'en'}` switches them, keeping your answers.")
     if copied or language != recorded:
         record[LANGUAGE_KEY] = language
         record_path.parent.mkdir(parents=True, exist_ok=True)
@@ -91,6 +93,21 @@ def _release_of(copy: Path, source: Path, root: Path) -> Path:
         return source
     release = Path(root) / RELEASES.get(language, RELEASES["en"]) / source.relative_to(source.parents[1])
     return release if release.is_file() else source
+
+
+def _copies_not_in(work: Path, language: str) -> list[str]:
+    """The chapters whose notebook in work/ is in another language than `language` (the notebook's own record)."""
+    found = []
+    for copy in sorted(work.glob("ch[0-9][0-9]_*/ch[0-9][0-9]_*.ipynb")):
+        if copy.parent.name != copy.stem:
+            continue
+        try:
+            held = json.loads(copy.read_text(encoding="utf-8")).get("metadata", {}).get("course", {}).get("language", "en")
+        except (ValueError, OSError):            # a notebook the learner broke: not ours to judge here
+            continue
+        if held != language:
+            found.append(copy.parent.name[:4])
+    return found
 
 
 def remember_language(work: Path, language: str) -> None:

@@ -311,6 +311,23 @@ def test_make_lab_lang_zh_copies_the_chinese_notebooks_and_refresh_keeps_the_lan
     assert all("# my answer" in c.source for c in english.cells if c.metadata.get("nbgrader", {}).get("solution"))
 
 
+def test_make_lab_in_another_language_says_what_becomes_of_the_notebooks_already_in_work(repo, tmp_path):
+    """`make lab LANG=zh` over English notebooks copies nothing over them, and says so plainly each time: which
+    notebooks stay as they are, and the command that switches them with the answers kept."""
+    from coursekit.workspace import ensure_work
+    work = tmp_path / "work"
+    ensure_work(repo, work, log=lambda _: None)                              # English copies, as `make lab` makes
+    a = ASSIGNMENTS[0]
+    english = (work / a / f"{a}.ipynb").read_bytes()
+    for _ in range(2):                                                       # asked once, and asked again
+        said = []
+        ensure_work(repo, work, log=said.append, language="zh_CN")
+        note = next((line for line in said if line.startswith("note: new notebooks")), said)
+        assert "in Chinese" in note and f"the {len(ASSIGNMENTS)} already in work/ ({a[:4]}," in note, note
+        assert "stay as they are" in note and "`make refresh LANG=zh` switches them, keeping your answers" in note
+    assert (work / a / f"{a}.ipynb").read_bytes() == english, "a learner's notebook is never overwritten"
+
+
 def test_make_takes_the_language_from_its_command_line_only(repo):
     """The shell's LANG is a locale, not a choice: `make lab` with LANG=en_US.UTF-8 in the environment is not
     Chinese and not an error, and the commands run with a valid locale."""

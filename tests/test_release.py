@@ -77,3 +77,13 @@ def test_source_notebooks_have_no_outputs_and_write_no_files(source):
     others = [p.name for p in source.parent.iterdir() if p != source]
     # Data files (chapter 6's checkpoint) are released with the notebook; code and other notebooks must not be.
     assert not [name for name in others if name.endswith((".py", ".ipynb"))], f"{source.parent}: {others}"
+
+
+@pytest.mark.parametrize("source", chapter_notebooks(), ids=lambda p: p.parent.name)
+def test_every_given_cell_of_an_exercise_is_locked(source):
+    """A cell nbgrader tracks that is not an answer (a launcher, a test, the imports) is locked and read-only in
+    JupyterLab: grading puts the course's version back, so an edit there would be thrown away without a word."""
+    unlocked = [c.metadata["nbgrader"].get("grade_id") for c in nbformat.read(source, as_version=4).cells
+                if c.cell_type == "code" and c.metadata.get("nbgrader") and not c.metadata["nbgrader"].get("solution")
+                and not (c.metadata["nbgrader"].get("locked") and c.metadata.get("editable") is False)]
+    assert not unlocked, f"{source.parent.name}: given cells a student could edit in vain: {unlocked}"

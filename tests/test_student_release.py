@@ -14,7 +14,7 @@ import pytest
 
 from coursekit.student_release import write_release
 from coursekit.sync import chapter_notebooks
-from tests.submissions import REPO, answer_lines, solution_code
+from tests.submissions import REPO, answer_lines, known_wrong, solution_code
 
 CHAPTERS = [nb.parent.name for nb in chapter_notebooks()]
 
@@ -161,8 +161,20 @@ def test_the_copy_serves_both_sites_and_checks_a_notebook_as_its_readme_says(tmp
     nbformat.write(released, notebook)
     unwritten = subprocess.run(["make", "check", "NB=ch01"], cwd=out, env=student_env(), capture_output=True,
                                text=True, timeout=600)
-    assert unwritten.returncode != 0 and "FAILED  test_softmax_np: NotImplementedError" in unwritten.stdout, (
+    assert unwritten.returncode != 0 and ("FAILED  test_softmax_np: not written yet (softmax_np still raises "
+                                          "NotImplementedError") in unwritten.stdout, (
         unwritten.stdout[-2000:] + unwritten.stderr[-2000:])
+    assert "6 wait for exercises not written yet" in unwritten.stdout, unwritten.stdout[-2000:]
+    # A wrong answer: numpy's assert_allclose puts its message after a newline; make check shows all of it.
+    wrong = next(w for w in known_wrong("ch01_qkv_softmax") if w["name"] == "softmax_np_ignores_axis")
+    answered = completed("ch01_qkv_softmax", notebook)
+    next(c for c in answered.cells if c.metadata.get("nbgrader", {}).get("grade_id") == wrong["cell"]).source = wrong["code"]
+    nbformat.write(answered, notebook)
+    mistaken = subprocess.run(["make", "check", "NB=ch01"], cwd=out, env=student_env(), capture_output=True,
+                              text=True, timeout=600)
+    shown = mistaken.stdout.split("FAILED  test_softmax_np: AssertionError:", 1)[-1].split("passed  test_softmax")[0]
+    assert mistaken.returncode != 0 and wrong["says"] in shown and "Mismatched elements" in shown, (
+        mistaken.stdout[-3000:] + mistaken.stderr[-2000:])
     before = notebook.read_bytes()
     nbformat.write(completed("ch01_qkv_softmax", notebook), notebook)
     solved = notebook.read_bytes()
@@ -171,3 +183,40 @@ def test_the_copy_serves_both_sites_and_checks_a_notebook_as_its_readme_says(tmp
     assert done.returncode == 0 and "passed  test_softmax_np" in done.stdout and "FAILED" not in done.stdout, (
         done.stdout[-2000:] + done.stderr[-2000:])
     assert notebook.read_bytes() == solved != before, "make check must leave the student's notebook as it was"
+
+
+def test_upto_all_releases_every_chapter_and_runs_a_students_script_on_their_own_export(tmp_path):
+    """`make student-release UPTO=all` (the end of a term): every chapter's pages and notebooks (both languages) and
+    every chapter's reference code. In it a student runs `make export`, whose hint names a command that works from
+    a fresh shell (no PYTHONPATH, no venv on PATH), and `make run SCRIPT=...`, which runs the script on the copy's
+    Python with the student's own attnlab first."""
+    from tests.lab_session import set_up_copy, student_env
+
+    out = write_release("all", tmp_path / "copy")
+    for assignment in CHAPTERS:
+        for folder in ("exercises", "exercises-zh"):
+            assert (out / folder / assignment / f"{assignment}.ipynb").is_file(), (folder, assignment)
+        assert (out / "book" / f"{assignment}.md").is_file(), assignment
+    body = lambda path: path.read_text(encoding="utf-8").split("\n", 2)[2]      # past the two-line header
+    reference = {p.relative_to(REPO): body(p) for p in (REPO / "attnlab").rglob("*.py")}
+    assert {p.relative_to(out): body(p) for p in (out / "attnlab").rglob("*.py")} == reference, (
+        "UPTO=all gives every chapter's reference code, as the course's attnlab holds it")
+    for forbidden in ("solutions", "autograde", "tests", "bench"):
+        assert not (out / forbidden).exists(), forbidden
+    assert "UPTO=all" in (out / "README.md").read_text(encoding="utf-8")
+
+    assert set_up_copy(out).returncode == 0
+    exported = subprocess.run(["make", "export"], cwd=out, env=student_env(), capture_output=True, text=True,
+                              timeout=600)
+    assert exported.returncode == 0 and "make run SCRIPT=your_script.py" in exported.stdout, exported.stdout[-2000:]
+    hinted = exported.stdout.split("or:  ", 1)[1].splitlines()[0]          # PYTHONPATH=... .../python -P your_script.py
+    script = out / "mine.py"
+    script.write_text("import attnlab.layers.softmax as m, torch\nprint('FROM', m.__file__)\n", encoding="utf-8")
+    ran = subprocess.run(["make", "run", "SCRIPT=mine.py"], cwd=out, env=student_env(), capture_output=True,
+                         text=True, timeout=600)
+    assert ran.returncode == 0 and f"FROM {out / '_student'}" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-2000:]
+    hint = subprocess.run(hinted.replace("your_script.py", str(script)), shell=True, cwd=tmp_path, env=student_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert hint.returncode == 0 and "FROM" in hint.stdout and "_student" in hint.stdout, hint.stderr[-2000:]
+    nameless = subprocess.run(["make", "run"], cwd=out, env=student_env(), capture_output=True, text=True, timeout=600)
+    assert nameless.returncode != 0 and "make run SCRIPT=" in nameless.stdout + nameless.stderr
