@@ -36,7 +36,7 @@ help:
 	@echo "make engine   serve many prompts at once on chapter 9's paged engine (PROMPTS=file; ATTNLAB=_student)"
 	@echo "make sync     regenerate attnlab/, exercises/ and exercises-zh/ from solutions/ and locales/ (instructors)"
 	@echo "make i18n-extract   update the Chinese catalogs in locales/zh_CN/ after an English edit (translators)"
-	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS))"
+	@echo "make grade    grade the class: autograde/inbox/ASSIGNMENT/*.ipynb (ASSIGNMENT=$(ASSIGNMENT) WORKERS=$(WORKERS); SCHEDULER=tcp://HOST:8786 on a Dask cluster)"
 	@echo "make bench    benchmarks, printed as ratios measured in one run"
 	@echo "make student-release UPTO=ch03   a copy for a graded class: chapters before UPTO, no answers (UPTO=all: every chapter)"
 	@echo "make train    retrain chapter 6's translator checkpoint (about two minutes on 2 cores), then sync"
@@ -131,8 +131,9 @@ chat: $(STAMP)
 engine: $(STAMP)
 	PYTHONPATH=$(ATTNLAB) $(DECODING) $(PY) -P -m attnlab.serve $(if $(PROMPTS),--prompts $(PROMPTS))
 
+# SCHEDULER=tcp://HOST:8786 grades on a Dask cluster's workers instead (README: "Grading on several machines").
 grade: $(STAMP)
-	$(PY) -m autograde class $(ASSIGNMENT) --workers $(WORKERS)
+	$(PY) -m autograde class $(ASSIGNMENT) $(if $(SCHEDULER),--scheduler $(SCHEDULER),--workers $(WORKERS))
 
 bench: $(STAMP)
 	$(DECODING) $(PY) -m bench

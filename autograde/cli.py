@@ -5,12 +5,13 @@
         .ipynb), prints `NAME: SCORE / MAX  [SECONDS: notebook S, re-check S]` per file (where the time
         went: the notebook's run in the sandbox, and the out-of-process re-check), and writes feedback
         HTML under autograde/feedback/NAME/ASSIGNMENT/.
-    python -m autograde class ASSIGNMENT [--workers N] [--roster roster.csv] [--json]
+    python -m autograde class ASSIGNMENT [--workers N | --scheduler tcp://HOST:8786] [--roster roster.csv] [--json]
         Grades every submission in autograde/inbox/ASSIGNMENT/STUDENT.ipynb (or, in nbgrader's layout,
         autograde/submitted/STUDENT/ASSIGNMENT/*.ipynb), in parallel; a rerun grades only new or changed
         files. Writes autograde/grades.csv and autograde/reports/ASSIGNMENT/ (summary.md, summary.csv,
         summary.png); summary.md ends with each submission's grading time and the cells stopped at the
-        cell limit.
+        cell limit. With --scheduler, the submissions are graded on a Dask cluster's workers
+        (autograde/cluster.py); without, in this machine's --workers threads.
 
 Student code runs in a sandbox (bubblewrap): no network, no view of the course files or of other
 students, limited memory (per process, and --memory-limit for all of a submission's processes together),
@@ -48,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds the notebook of one submission may run in all (default: 4 cell "
                              "timeouts + 120 s; the re-check has a budget of its own)")
     common.add_argument("--workers", type=int, default=1, help="submissions graded at once (default 1)")
+    common.add_argument("--scheduler", default=None, metavar="tcp://HOST:8786",
+                        help="grade on a Dask cluster: its scheduler's address (its workers then set how many "
+                             "submissions are graded at once; --workers is not used). See autograde/cluster.py")
     common.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
                         help=f"GiB that all the processes of one submission may hold together (default "
                              f"{memory_group.DEFAULT_GIB:g}); past it the largest is stopped")
@@ -122,13 +126,23 @@ def main(argv: list[str] | None = None) -> int:
                        only_if_changed=args.command == "class" and not args.regrade)
         return result, time.monotonic() - started
 
-    with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-        for future in as_completed([pool.submit(run, job) for job in jobs]):
-            result, seconds = future.result()
-            results.append(result)
-            if not args.json:
-                spent = result.time_line()
-                print(f"{result.line()}  [{seconds:.1f} s{': ' + spent if spent else ''}]", flush=True)
+    def graded_locally():
+        with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
+            for future in as_completed([pool.submit(run, job) for job in jobs]):
+                yield future.result()
+
+    if args.scheduler:
+        from autograde.cluster import grade_on_cluster
+        graded = grade_on_cluster(args.scheduler, course, jobs, args.cell_timeout, args.submission_timeout,
+                                  use_sandbox, only_if_changed=args.command == "class" and not args.regrade,
+                                  memory_limit_gib=args.memory_limit)
+    else:
+        graded = graded_locally()
+    for result, seconds in graded:
+        results.append(result)
+        if not args.json:
+            spent = result.time_line()
+            print(f"{result.line()}  [{seconds:.1f} s{': ' + spent if spent else ''}]", flush=True)
     results.sort(key=lambda r: r.student)
 
     if args.command == "class":

@@ -234,7 +234,7 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
         notebook = read_submission(submitted)
         rebuilt = rebuild(notebook, nbformat.read(course.release, as_version=4), course.assignment)
     except SubmissionError as exc:
-        return _finish(course, _ungradable(course, student, max_score, f"not graded: {exc}"), digest, use_sandbox,
+        return _finish(course, ungradable(course, student, max_score, f"not graded: {exc}"), digest, use_sandbox,
                        settings)
 
     if rebuilt.notes:
@@ -253,7 +253,7 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
                       "1" if use_sandbox else "0", str(course.package), str(submission_timeout_s)],
                      timeout=grading_budget(cell_timeout_s, submission_timeout_s, recheck_steps(rebuilt.notebook)))
     except ChildFailed as exc:
-        result = _ungradable(course, student, max_score, f"{GRADING_FAILED}{exc}", rebuilt.notes)
+        result = ungradable(course, student, max_score, f"{GRADING_FAILED}{exc}", rebuilt.notes)
         return _finish(course, result, digest, use_sandbox, settings)
     return _finish(course, _read_result(course, student, rebuilt.notes), digest, use_sandbox, settings)
 
@@ -308,7 +308,7 @@ def _read_result(course: Course, student: str, notes: list[str]) -> Result:
     return result
 
 
-def _ungradable(course: Course, student: str, max_score: float, message: str, notes=()) -> Result:
+def ungradable(course: Course, student: str, max_score: float, message: str, notes=()) -> Result:
     """A zero with the reason, and a feedback page that says it."""
     feedback = course.feedback(student)
     feedback.parent.mkdir(parents=True, exist_ok=True)

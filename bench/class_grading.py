@@ -1,4 +1,5 @@
-"""Grading a class: 60 chapter-1 submissions with 2 workers, and the hostile-submission table."""
+"""Grading a class: 60 chapter-1 submissions with 2 workers, the hostile-submission table, and submissions per
+minute on a Dask cluster of 1 and 2 workers."""
 from __future__ import annotations
 
 import json
@@ -91,5 +92,33 @@ def hostile_table() -> list[str]:
             f"cell timeout {HOSTILE_CELL_TIMEOUT_S} s", *lines]
 
 
+def on_a_cluster(count: int = 12) -> list[str]:
+    """Submissions per minute through a Dask LocalCluster of 1 and of 2 worker processes (python -m autograde grade
+    ... --scheduler), the same files each time: what adding a worker buys. Each worker prepares the assignment
+    once, on its first submission; that is counted, as it is in a real class."""
+    import dask
+    from distributed import LocalCluster
+
+    wrong = known_wrong(A)
+    rates = {}
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+        files = []
+        for i in range(count):
+            nb = submission(A) if i % 2 == 0 else submission(A, {wrong[i % len(wrong)]["cell"]: wrong[i % len(wrong)]["code"]})
+            files.append(str(write(nb, Path(tmp) / "files" / f"student{i:02d}.ipynb")))
+        for workers in (1, 2):
+            (Path(tmp) / f"workers{workers}").mkdir()
+            with dask.config.set({"distributed.worker.daemon": False}), \
+                    LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                 env={"TMPDIR": str(Path(tmp) / f"workers{workers}")}) as cluster:
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "autograde", "grade", A, *files, "--json", "--scheduler",
+                                cluster.scheduler_address, "--workspace", str(Path(tmp) / f"ws{workers}")],
+                               cwd=REPO, env=GRADING_ENV, capture_output=True, text=True, check=True)
+                rates[workers] = count * 60 / (time.perf_counter() - start)
+    return [f"on a Dask cluster (LocalCluster on this machine, one thread per worker): {count} chapter-1 submissions, "
+            f"1 worker {rates[1]:.1f} a minute, 2 workers {rates[2]:.1f} a minute ({rates[2] / rates[1]:.2f}x)"]
+
+
 def run() -> list[str]:
-    return sixty() + hostile_table()
+    return sixty() + hostile_table() + on_a_cluster()
