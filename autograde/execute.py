@@ -107,7 +107,7 @@ class SandboxedExecute(Execute):
             for data in sorted(Path(self.files).iterdir()):
                 if data.is_file():
                     shutil.copyfile(data, work / data.name)
-        from autograde.recheck import in_run_spec, recheck_steps
+        from autograde.recheck import IN_RUN_RECHECK, in_run_spec, recheck_steps
         steps = recheck_steps(nb)
         spec = in_run_spec(resources.get("nbgrader", {}).get("assignment", ""), work.parent, self.timeout, steps)
         started = time.time()
@@ -162,7 +162,6 @@ class SandboxedExecute(Execute):
 
 
 RUN_RECORD = "run.json"      # beside the sandbox's work folder, out of its reach: what the grader concluded
-IN_RUN_RECHECK = "in_run_recheck.json"     # there too: what the runner said of the re-check it ran after the notebook
 
 
 def in_run_budget_s(cell_timeout_s: int, steps: int) -> float:

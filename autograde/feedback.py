@@ -118,28 +118,3 @@ class FeedbackExporter(HTMLExporter):
         if "<img" in page:
             return super().from_notebook_node(nb, resources, **kw)
         return page, resources
-
-
-def render_sample_page() -> str:
-    """A notebook like a feedback page (markdown with math, a code cell, a grader's line), rendered through the
-    grading config's feedback exporter: what autograde/warm.py renders to warm a worker's caches."""
-    import tempfile
-
-    import nbformat
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-
-    from autograde.config import grading_config
-
-    with tempfile.TemporaryDirectory(prefix="autograde-sample-") as scratch:
-        config = grading_config(Path(scratch))
-    prose = ("# A chapter\n\nScores $s = q k^\\top / \\sqrt{d_k}$, **bold**, `code`:\n\n"
-             "$$\\mathrm{softmax}(x)_i = e^{x_i} / \\sum_j e^{x_j}$$")
-    code = "import torch\n\ndef f(x: torch.Tensor) -> torch.Tensor:\n    return x.softmax(-1)"
-    cells = [nbformat.v4.new_markdown_cell(prose, id="prose"),
-             nbformat.v4.new_code_cell(code, id="code", outputs=[
-                 nbformat.v4.new_output("stream", text="Passed: 3 / 3 points\n")])]
-    exporter = FeedbackExporter(config=config, template_name="feedback")
-    exporter.register_preprocessor(CSSHTMLHeaderPreprocessor, enabled=True)
-    page, _ = exporter.from_notebook_node(nbformat.v4.new_notebook(cells=cells), resources={
-        "nbgrader": {"notebook": "sample", "score": 3, "max_score": 3}})
-    return page

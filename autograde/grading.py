@@ -140,8 +140,8 @@ class Course:
     def prepare(self) -> None:
         """Record the assignment in a gradebook to copy for each submission, and collect the reference
         modules of the earlier chapters, the only part of attnlab the sandbox may import."""
-        from autograde.worker import run_in_child
-        run_in_child(["prepare", self.assignment, str(self.prepared)], timeout=600)
+        from autograde.worker import PrepareStep, run_in_child
+        run_in_child(PrepareStep(self.assignment, str(self.prepared)), timeout=600)
         self._earlier_chapters_package()
         self._settings.clear()
 
@@ -247,11 +247,12 @@ def grade(course: Course, student: str, file: Path, cell_timeout_s: int = CELL_T
     shutil.copyfile(course.prepared / "gradebook.db", private / "gradebook.db")
     nbformat.write(rebuilt.notebook, normalized)
 
-    from autograde.worker import ChildFailed, run_in_child
+    from autograde.worker import ChildFailed, GradeStep, run_in_child
+    step = GradeStep(course.assignment, str(private), student, cell_timeout_s, use_sandbox, str(course.package),
+                     submission_timeout_s)
     try:
-        run_in_child(["grade", course.assignment, str(private), student, str(cell_timeout_s),
-                      "1" if use_sandbox else "0", str(course.package), str(submission_timeout_s)],
-                     timeout=grading_budget(cell_timeout_s, submission_timeout_s, recheck_steps(rebuilt.notebook)))
+        run_in_child(step, timeout=grading_budget(cell_timeout_s, submission_timeout_s,
+                                                  recheck_steps(rebuilt.notebook)))
     except ChildFailed as exc:
         result = ungradable(course, student, max_score, f"{GRADING_FAILED}{exc}", rebuilt.notes)
         return _finish(course, result, digest, use_sandbox, settings)

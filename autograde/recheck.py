@@ -46,6 +46,8 @@ def student_code_cells(notebook: nbformat.NotebookNode) -> list[str]:
 
 
 IN_RUN_INPUTS = "in_run_inputs.safetensors"   # beside the sandbox's work folder, out of its reach
+# There too, written by execute.SandboxedExecute: what the runner said of the re-check it ran after the notebook.
+IN_RUN_RECHECK = "in_run_recheck.json"
 
 
 def in_run_spec(assignment: str, folder: Path, cell_timeout_s: int, steps: int) -> bytes | None:
@@ -72,10 +74,9 @@ PROBE_FOLDER = re.compile(r"\.probe-[0-9a-f]{16}")
 def in_run_verdicts(assignment: str, notebook: nbformat.NotebookNode, sandbox_dir: Path,
                     wanted: set[str]) -> dict[str, str] | None:
     """recheck()'s verdicts for the test cells in `wanted`, from the re-check the sandbox runner ran after the
-    notebook (execute.IN_RUN_RECHECK), or None where that cannot stand in for recheck(): no such run, a run the grader
+    notebook (IN_RUN_RECHECK), or None where that cannot stand in for recheck(): no such run, a run the grader
     cut short or distrusts, one that did not end cleanly (a step stopped by its watchdog ends it so), one that ran
     other cells than recheck() would run, or left out a cell it must check. None costs only time: recheck() runs."""
-    from autograde.execute import IN_RUN_RECHECK
     try:
         record = json.loads((sandbox_dir / IN_RUN_RECHECK).read_text())
         inputs_flat = load((sandbox_dir / IN_RUN_INPUTS).read_bytes())

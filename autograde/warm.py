@@ -5,7 +5,7 @@ A worker grades one submission and exits, so each used to pay for its page's fir
 process: nbconvert compiling its templates, the sanitizer and the highlighter compiling their regular
 expressions, MathJax read from disk to be inlined. That was 0.4 s of the page's 0.7 s of CPU (chapter 3).
 Only caches are warmed: the page is thrown away, and nothing of a submission exists yet in this process."""
-from autograde.feedback import render_sample_page
+from autograde.sample_page import render_sample_page
 
 try:
     render_sample_page()

@@ -1,13 +1,16 @@
 """The nbgrader steps, each run in a child process under a time limit (run_in_child), or by hand as
 python -m autograde.worker ...
 
-    prepare ASSIGNMENT WORKSPACE                      record the assignment in the gradebook
-    grade   ASSIGNMENT COURSE STUDENT CELL_TIMEOUT SANDBOX PACKAGE WALL_S
-                                                      autograde, re-check and feedback for one student
+    prepare ASSIGNMENT WORKSPACE     record the assignment in the gradebook (a PrepareStep)
+    grade   STEP.json                autograde, re-check and feedback for one student (a GradeStep, as JSON)
+
+Each step is one typed object: run_in_child hands it to the child as it is (pickled by multiprocessing), and the
+command line reads it from JSON, field by field, never from positional strings.
 """
 from __future__ import annotations
 
 import io
+import json
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -17,7 +20,41 @@ import tempfile
 import threading
 import time
 from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class PrepareStep:
+    """Record `assignment` in a gradebook under `workspace`, to be copied for each submission."""
+    assignment: str
+    workspace: str
+
+
+@dataclass(frozen=True)
+class GradeStep:
+    """Autograde, re-check and give feedback to one student's rebuilt notebook, in its private course folder."""
+    assignment: str
+    course: str                  # the submission's private nbgrader course folder
+    student: str
+    cell_timeout_s: int
+    use_sandbox: bool
+    package: str                 # the earlier chapters' attnlab the sandbox may import ("" for none)
+    wall_s: int                  # the notebook's whole run may take this long
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "GradeStep":
+        data = json.loads(text)
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) != names:
+            raise SystemExit(f"a grade step is a JSON object with exactly the fields {sorted(names)}")
+        wrong = [f.name for f in fields(cls) if type(data[f.name]).__name__ != f.type]   # f.type: "int", "str"...
+        if wrong:
+            raise SystemExit(f"a grade step's fields {wrong} have the wrong type")
+        return cls(**data)
 
 
 class ChildFailed(RuntimeError):
@@ -35,7 +72,7 @@ LAUNCHED = "AUTOGRADE_LAUNCHED"      # when the parent asked for the child (time
 _CONTEXT.set_forkserver_preload(PRELOAD)
 
 
-def _child(args: list[str], log_path: str, launched: float) -> None:
+def _child(step: PrepareStep | GradeStep, log_path: str, launched: float) -> None:
     """In the forked child: a session of its own (so a timeout kills everything it started), output to the log."""
     os.environ[LAUNCHED] = repr(launched)
     os.setsid()
@@ -45,19 +82,19 @@ def _child(args: list[str], log_path: str, launched: float) -> None:
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    code = main(args)
+    code = run_step(step)
     sys.__stdout__.flush()
     sys.exit(code)
 
 
-def run_in_child(args: list[str], timeout: float) -> str:
-    """Run main(args) in a child process under a wall-clock limit; kill the child's whole session on timeout.
+def run_in_child(step: PrepareStep | GradeStep, timeout: float) -> str:
+    """Run `step` in a child process under a wall-clock limit; kill the child's whole session on timeout.
 
     The child is forked from a server process that has already imported PRELOAD (multiprocessing's
     forkserver): it starts as a fresh process would, without paying for the imports each time.
     """
     with tempfile.NamedTemporaryFile(prefix="autograde-worker-", suffix=".log") as log:
-        proc = _CONTEXT.Process(target=_child, args=(args, log.name, time.time()), daemon=False)
+        proc = _CONTEXT.Process(target=_child, args=(step, log.name, time.time()), daemon=False)
         with _STATUS:
             proc.start()
         try:
@@ -117,7 +154,7 @@ def alembic_head() -> str:
     return heads[0]
 
 
-def prepare(assignment: str, workspace: str) -> None:
+def prepare(step: PrepareStep) -> None:
     """generate_assignment from solutions/ into a scratch release: it fills the gradebook with the
     assignment's cells (with hidden tests) and checks that the committed exercises/ is what sync writes."""
     import nbgrader.api
@@ -125,6 +162,7 @@ def prepare(assignment: str, workspace: str) -> None:
     from autograde.config import REPO_ROOT, nbgrader_config
     from coursekit.release import changed_cells, same_release
 
+    assignment, workspace = step.assignment, step.workspace
     nbgrader.api.get_alembic_version = alembic_head     # the new gradebook below is stamped without a subprocess
     scratch = Path(workspace) / "release"
     config = nbgrader_config(Path(workspace), release_root=scratch)
@@ -143,19 +181,17 @@ def prepare(assignment: str, workspace: str) -> None:
                              "notebooks into work/, so nobody's answers are lost)")
 
 
-def grade(assignment: str, course: str, student: str, cell_timeout_s: str, use_sandbox: str, package: str,
-          wall_s: str) -> None:
+def grade(step: GradeStep) -> None:
     """Autograde one submission in its private course folder, re-check it out of process, write feedback."""
-    import json
-
     import nbformat
     from nbgrader.api import Gradebook
 
     from autograde.config import grading_config
     from autograde.recheck import in_run_verdicts, recheck
 
+    assignment, course, student, cell_timeout_s = step.assignment, step.course, step.student, step.cell_timeout_s
+    sandboxed, package, wall_s = step.use_sandbox, step.package, step.wall_s
     started = {"worker_start": time.time() - float(os.environ.get(LAUNCHED, time.time()))}
-    sandboxed = use_sandbox == "1"
     if not sandboxed:
         # The sandbox sets these in the kernel's environment; without it the kernel inherits this process's.
         from autograde.sandbox import GRADING_ENV
@@ -333,17 +369,27 @@ def _last_error(result: dict) -> str:
     return lines[-1] if lines else "unknown error"
 
 
-def main(argv: list[str]) -> int:
-    command, *rest = argv
+def run_step(step: PrepareStep | GradeStep) -> int:
+    """Run one step with its output kept back: printed (with why) only if the step fails. Exit status."""
     sink = io.StringIO()
     with redirect_stdout(sink), redirect_stderr(sink):
         try:
-            {"prepare": prepare, "grade": grade}[command](*rest)
+            prepare(step) if isinstance(step, PrepareStep) else grade(step)
         except SystemExit as exc:
             print(sink.getvalue(), file=sys.__stdout__)
             print(exc, file=sys.__stdout__)
             return 1
     return 0
+
+
+def main(argv: list[str]) -> int:
+    """The command line: `prepare ASSIGNMENT WORKSPACE`, or `grade STEP.json`."""
+    if len(argv) == 3 and argv[0] == "prepare":
+        return run_step(PrepareStep(argv[1], argv[2]))
+    if len(argv) == 2 and argv[0] == "grade":
+        return run_step(GradeStep.from_json(Path(argv[1]).read_text(encoding="utf-8")))
+    print(__doc__, file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

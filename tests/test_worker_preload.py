@@ -19,7 +19,8 @@ def test_every_preloaded_module_imports_and_the_warm_up_comes_last():
 
 
 def test_the_warm_up_renders_a_feedback_page_with_offline_math():
-    from autograde.feedback import MATHJAX_SVG, render_sample_page
+    from autograde.feedback import MATHJAX_SVG
+    from autograde.sample_page import render_sample_page
     page = render_sample_page()
     assert len(page) > MATHJAX_SVG.stat().st_size, "the page inlines MathJax, as a real feedback page does"
 
@@ -28,7 +29,7 @@ def test_the_warm_up_changes_no_page():
     """The same page rendered first in a fresh process, and after the warm-up: byte for byte the same."""
     code = ("import autograde, sys\n"
             "if sys.argv[1] == 'warm':\n    import autograde.warm\n"
-            "from autograde.feedback import render_sample_page\n"
+            "from autograde.sample_page import render_sample_page\n"
             "sys.stdout.write(render_sample_page())")
     pages = [subprocess.run([sys.executable, "-c", code, mode], cwd=REPO, capture_output=True, text=True,
                             check=True).stdout for mode in ("cold", "warm")]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from babel.messages.catalog import Catalog
 
-from coursekit.i18n.catalogs import NOTEBOOKS, merge, read_po, write_po
+from coursekit.i18n.po import NOTEBOOKS, merge, read_po, write_po
 from coursekit.layout import REPO_ROOT as ROOT
 
 ZH_EXERCISES = "exercises-zh"
