@@ -211,8 +211,8 @@ def safe_failure_message(source: str, error: dict) -> str:
     """failure_message, and a plain statement if building it fails: a message must never cost a grade."""
     try:
         return failure_message(source, error)
-    except Exception:  # noqa: BLE001
-        return "this test cell failed (its message could not be shown)"
+    except Exception as exc:  # noqa: BLE001 - the grader's own failure, named by its type (never the submission's text)
+        return f"this test cell failed (its message could not be shown: {type(exc).__name__} in the grader)"
 
 
 def cell_label(source: str, grade_id: str) -> str:
