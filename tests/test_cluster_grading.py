@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,31 +51,17 @@ def test_a_dask_cluster_grades_as_the_local_run_does_and_loses_nothing_when_a_wo
     assert alone.returncode == 0, alone.stderr[-3000:]
     local = {**local, **{r["student"]: r for r in json.loads(alone.stdout)}}
 
-    # The workers grade under their TMPDIR (cluster.worker_course): here, in this test's folder.
-    (tmp_path / "workers").mkdir()
+    # The workers grade under their TMPDIR (cluster.worker_course): a folder of this test's, with a short path, since
+    # the grading's forkserver puts a Unix socket there (at most 107 bytes of path; pytest's folders are longer).
+    workers = Path(tempfile.mkdtemp(prefix="attnlab-dask-"))
     # Grading starts processes of its own, which a daemonic worker process may not (cluster.grade_one).
-    with dask.config.set({"distributed.worker.daemon": False}), \
-            LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                         env={"TMPDIR": str(tmp_path / "workers")}) as cluster, Client(cluster) as client:
-        pids = client.run(os.getpid)                               # {worker address: its process id}
-        killed: list[int] = []
-
-        def kill_one_worker_mid_grading():
-            for _ in range(6000):
-                busy = [address for address, keys in client.processing().items() if keys]
-                if busy:
-                    time.sleep(1.0)                                # inside the grading, not at its very start
-                    os.kill(pids[busy[0]], signal.SIGKILL)
-                    killed.append(pids[busy[0]])
-                    return
-                time.sleep(0.05)
-
-        killer = threading.Thread(target=kill_one_worker_mid_grading, daemon=True)
-        killer.start()
-        run = subprocess.run([sys.executable, "-m", "autograde", "grade", A, *map(str, files), "--json",
-                              "--scheduler", cluster.scheduler_address, "--workspace", str(tmp_path / "cluster")],
-                             cwd=REPO, capture_output=True, text=True, timeout=1800)
-        killer.join(timeout=5)
+    try:
+        with dask.config.set({"distributed.worker.daemon": False}), \
+                LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                             env={"TMPDIR": str(workers)}) as cluster, Client(cluster) as client:
+            run, killed = _grade_killing_a_worker(cluster, client, files, tmp_path / "cluster")
+    finally:
+        shutil.rmtree(workers, ignore_errors=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert killed, "no worker was killed: the test did not test a death"
     results = json.loads(run.stdout)
@@ -83,3 +72,27 @@ def test_a_dask_cluster_grades_as_the_local_run_does_and_loses_nothing_when_a_wo
         differ = {key: (result[key], want[key]) for key in SAME if result[key] != want[key]}
         assert not differ, f"{result['student']}: graded on the cluster differs from the local grading: {differ}"
         assert result["feedback"].startswith(str(tmp_path / "cluster")) and os.path.isfile(result["feedback"])
+
+
+def _grade_killing_a_worker(cluster, client, files: list, workspace: Path):
+    """The CLI grading `files` on the cluster while a thread kills (SIGKILL) a worker once it is grading one."""
+    pids = client.run(os.getpid)                               # {worker address: its process id}
+    killed: list[int] = []
+
+    def kill_one_worker_mid_grading():
+        for _ in range(6000):
+            busy = [address for address, keys in client.processing().items() if keys]
+            if busy:
+                time.sleep(1.0)                                # inside the grading, not at its very start
+                os.kill(pids[busy[0]], signal.SIGKILL)
+                killed.append(pids[busy[0]])
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_one_worker_mid_grading, daemon=True)
+    killer.start()
+    run = subprocess.run([sys.executable, "-m", "autograde", "grade", A, *map(str, files), "--json",
+                          "--scheduler", cluster.scheduler_address, "--workspace", str(workspace)],
+                         cwd=REPO, capture_output=True, text=True, timeout=1800)
+    killer.join(timeout=5)
+    return run, killed
